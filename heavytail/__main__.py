@@ -1,0 +1,41 @@
+"""Command line: ``python -m heavytail {train,evaluate,report,grid} ...``.
+
+Each subcommand lives in the module that does the work; this file only dispatches, importing
+lazily so that ``python -m heavytail report`` does not pay for torch start-up twice.
+"""
+
+from __future__ import annotations
+
+import sys
+
+_COMMANDS = {
+    "train": ("heavytail.train", "Train one configuration (resumes an existing run folder)."),
+    "evaluate": ("heavytail.evaluate", "Evaluate a finished run: 128-trial ratios, floors, Hill diagnostics."),
+    "report": ("heavytail.report", "Execute the notebooks with papermill and render the HTML report."),
+    "grid": ("heavytail.grid", "Run every configuration of a grid file (local workers or SLURM)."),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: python -m heavytail <command> [options]", "", "commands:"]
+    lines += [f"  {name:<9} {help_}" for name, (_, help_) in _COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in _COMMANDS:
+        print(f"unknown command {name!r}; allowed: {', '.join(_COMMANDS)}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    import importlib
+
+    module = importlib.import_module(_COMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
