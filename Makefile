@@ -1,0 +1,59 @@
+# heavytail — two commands do all the set-up on a fresh machine:
+#   make report   # set up, then execute every notebook with the CPU default (params/cpu.yaml)
+#   make test     # set up, then run the test suite (what .ci/run calls)
+#
+# The active environment ($VIRTUAL_ENV or $CONDA_PREFIX) is used when there is one; otherwise a
+# .venv is created here. torch is installed first and explicitly, because a bare `torch` (or the
+# package's own `torch>=2.6` range) lets pip pull a multi-GB CUDA build. GPU users override:
+#   make report TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+
+PYTHON     ?= python3
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS     ?= notebooks,test
+PARAMS     ?= params/cpu.yaml
+
+ifneq ($(strip $(VIRTUAL_ENV)),)
+ENV := $(VIRTUAL_ENV)
+else ifneq ($(strip $(CONDA_PREFIX)),)
+ENV := $(CONDA_PREFIX)
+else
+ENV := .venv
+endif
+PY    := $(ENV)/bin/python
+# Re-installs when pyproject.toml changes; delete the stamp to force it (e.g. after changing TORCH_SPEC).
+STAMP := $(ENV)/.heavytail-installed
+
+.PHONY: help install test report lab bench clean
+
+help:
+	@echo "make report  - set up and run the whole report on the CPU default ($(PARAMS))"
+	@echo "make test    - set up and run the test suite"
+	@echo "make lab     - open the notebooks in JupyterLab"
+	@echo "make bench   - run the benchmark scripts (quick mode)"
+	@echo "environment: $(ENV)"
+
+$(PY):
+	$(PYTHON) -m venv $(ENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install $(TORCH_SPEC)
+	$(PY) -m pip install -e '.[$(EXTRAS)]'
+	touch $@
+
+install: $(STAMP)
+
+test: install
+	$(PY) -m pytest -q
+
+report: install
+	$(PY) -m heavytail report $(PARAMS)
+
+lab: install
+	$(PY) -m jupyter lab notebooks/
+
+bench: install
+	$(PY) benchmarks/bench_energy.py --quick
+	$(PY) benchmarks/bench_attention_cpu.py --quick
+
+clean:
+	rm -rf outputs/*/ .pytest_cache
