@@ -1,0 +1,112 @@
+"""Atomic writes and JSON that round-trips inf and NaN.
+
+A run killed mid-write must never leave a file that looks complete: every result is written to a
+temporary file in the same folder, flushed to disk, then renamed over the target (``os.replace`` is
+atomic on POSIX), so a reader sees the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode())
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> Path:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+# Strict JSON has no inf or NaN. We write them as tagged strings so the file stays valid JSON for
+# any reader, and `load_json` turns them back into floats.
+_NONFINITE = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return _encode(value.detach().cpu().tolist())
+    if isinstance(value, np.ndarray):
+        return _encode(value.tolist())
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, str) and value in _NONFINITE:
+        return _NONFINITE[value]
+    return value
+
+
+def dumps_json(obj: Any, **kwargs: Any) -> str:
+    return json.dumps(_encode(obj), allow_nan=False, **kwargs)
+
+
+def save_json(obj: Any, path: str | Path) -> Path:
+    return atomic_write_text(path, dumps_json(obj, indent=1) + "\n")
+
+
+def load_json(path: str | Path) -> Any:
+    return _decode(json.loads(Path(path).read_text()))
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                rows.append(_decode(json.loads(line)))
+            except json.JSONDecodeError:
+                break  # a line cut by a kill: everything after it is unreliable
+    return rows
