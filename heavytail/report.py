@@ -75,6 +75,7 @@ def _atomic_write_text(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are meant to be read by others
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -141,6 +142,7 @@ class Artifacts:
             writer = csv.DictWriter(fh, fieldnames=header)
             writer.writeheader()
             writer.writerows(rows)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, target)
         return target
 
