@@ -1,0 +1,731 @@
+"""Summary of an ablation grid: Tables 5-8 and the findings of Sections 4.2 and 5, from finished runs.
+
+A grid folder holds one run folder per configuration (``outputs/<grid>/<config>/``) with ``config.yaml``,
+``metrics.jsonl``, ``COMPLETE`` and ``results.json`` (written by :func:`heavytail.evaluate.evaluate`).
+This module reads them and turns them into plain data (lists of dicts) that the summary notebook renders.
+It computes nothing new about the runs: every ratio, bootstrap interval (eq. 36, 37), collapse label
+(App. I) and Hill statistic (eq. 41) comes from ``results.json``.
+
+Seeds. The paper trains one seed per configuration (Section 5, Limitations); a grid may train several.
+Runs whose configurations differ only in ``seed`` (and in settings that do not change results:
+device, checkpoint and log cadence, evaluation batch size) form one *configuration*, aggregated as:
+
+- ratio, bootstrap endpoints, floor and candidate summaries: the median over seeds of each seed's value
+  (one seed: exactly that seed's numbers, as in the paper);
+- the seed range: the smallest and largest per-seed ratio, shown next to the interval, because the
+  bootstrap interval describes evaluation trials at fixed weights, not training runs (App. H.2);
+- bold (App. H.2: the interval contains or lies below one): the aggregated lower endpoint is <= 1;
+- collapse: the configuration is labelled "collapse" when at least half of its seeds are (the same
+  majority rule :func:`heavytail.collapse.run_label` applies to trials), and the count is reported;
+- Hill E (eq. 41) and the Hill-error curve: the median over seeds; per-trial energy distances for the
+  empirical CDFs (Figures 10, 11) are pooled over seeds.
+
+Comparisons used by the findings (stated here and printed by the notebook from :data:`DEFINITIONS`):
+
+- *collapsed*: the configuration's label is "collapse" (criterion in :mod:`heavytail.collapse`);
+- *A lower than B*: A's bootstrap interval of the median ratio lies entirely below B's
+  (``A.high < B.low``); the ratio of ratios A/B is reported as the effect size. Both ratios are against
+  the same i.i.d. floor (same operator, marginals, N and seed), so the ratio of ratios is the ratio of
+  the median energy distances themselves;
+- *similar*: the bootstrap intervals of the median ratio of all compared configurations share a common
+  point (``max(low) <= min(high)``); the largest over smallest ratio is reported alongside.
+
+A claim needs every configuration it speaks about; if any is missing its verdict is "not run" (the
+evidence still lists what the present runs show), otherwise "reproduced" or "not reproduced".
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .io import load_json, read_jsonl
+
+KERNELS = ("softmax", "squared_elu", "linear_elu", "log_elu")
+SLOWER_KERNELS = KERNELS[1:]  # the three slower-growing kernels of Table 1
+NORMS = ("pre", "post")  # the paper's table order: pre-norm rows above post-norm rows
+STATISTICS = ("median", "mean")
+KERNEL_LABELS = {
+    "softmax": "Softmax (e^s)",
+    "squared_elu": "Squared ELU ((s+1)^2)",
+    "linear_elu": "Linear ELU (s+1)",
+    "log_elu": "Log ELU (log(1+s)+1)",
+}
+NORM_LABELS = {"pre": "pre-norm", "post": "post-norm, res. scale"}
+MARGINAL_LABELS = {"mirrored_pareto": "mirrored Pareto", "gaussian": "shifted Gaussian"}
+BENCHMARK_LABELS = {"sheared_swap": "sheared swap", "matrix_inverse": "matrix inverse"}
+TRANSFORM_LABELS = {False: "none", True: "signed-log"}
+# The marginal families each operator is trained on (matrix inverse + Gaussian is unidentifiable, Prop. 6).
+BENCHMARK_MARGINALS = {"sheared_swap": ("mirrored_pareto", "gaussian"), "matrix_inverse": ("mirrored_pareto",)}
+# Settings that change how a run is executed but not its results; runs differing only in these and in
+# the seed are seeds of one configuration.
+OPERATIONAL = frozenset({"seed", "device", "checkpoint_every", "log_every", "eval_batch_trials"})
+# What "What ran at this scale" prints, next to the paper's value (RunConfig defaults are Table 3).
+SCALE_FIELDS = ("n_points", "trials_per_step", "steps", "warmup_steps", "d_model", "n_blocks", "d_ff", "n_heads",
+                "lr", "precision", "attention_backend", "eval_trials", "eval_n_points", "bootstrap_resamples",
+                "hill_phi", "collapse_spread")
+
+DEFINITIONS = {
+    "collapsed": "the configuration is labelled 'collapse': at least half of its seeds have most evaluation "
+                 "trials with an output interquartile range below collapse_spread times the target's (App. I)",
+    "lower": "A is lower than B when A's 95% bootstrap interval of the median ratio lies entirely below B's "
+             "(A.high < B.low); the ratio of ratios A/B is the effect size",
+    "similar": "configurations are similar when the 95% bootstrap intervals of their median ratios share a "
+               "common point (max of lower ends <= min of upper ends)",
+    "not run": "a claim is 'not run' when any configuration it speaks about is missing from the grid",
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Collecting runs
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Run:
+    """One finished, evaluated run: its folder (None for hand-made results), config and results."""
+
+    name: str
+    config: Mapping[str, Any]
+    results: Mapping[str, Any]
+    run_dir: Path | None = None
+    log: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Collected:
+    """The runs of a grid folder, and every folder that was not used with the reason why."""
+
+    runs: tuple[Run, ...]
+    skipped: tuple[dict[str, str], ...] = field(default_factory=tuple)
+
+
+def run_from_results(results: Mapping[str, Any], run_dir: Path | None = None, log: Sequence[Mapping] = ()) -> Run:
+    """A :class:`Run` from an evaluation results dict (the structure of ``results.json``)."""
+    missing = [k for k in ("config", "collapse", "energy") if k not in results]
+    if missing:
+        raise ValueError(f"results of {run_dir or results.get('name')} lack {missing}; "
+                         "expected the dict written by heavytail.evaluate.evaluate")
+    config = dict(results["config"])
+    name = str(results.get("name") or (run_dir.name if run_dir else "run"))
+    return Run(name=name, config=config, results=results, run_dir=run_dir, log=tuple(log))
+
+
+def collect_runs(grid_dir: str | Path) -> Collected:
+    """Every evaluated run under ``grid_dir`` (searched recursively; folders starting with ``_`` or ``.``,
+    such as the shared ``_floors`` cache, are ignored).
+
+    A folder counts when it holds ``COMPLETE`` and a ``results.json`` whose configuration matches its
+    ``config.yaml``; trained-but-unevaluated, unfinished and mismatched folders are listed in ``skipped``.
+    """
+    import yaml
+
+    grid_dir = Path(grid_dir)
+    if not grid_dir.is_dir():
+        raise FileNotFoundError(f"grid folder {grid_dir} does not exist; run the grid first "
+                                "(python -m heavytail grid <grid.yaml>) or point grid_dir at its output folder")
+    runs, skipped = [], []
+    candidates = sorted({p.parent for p in grid_dir.rglob("config.yaml")} | {p.parent for p in grid_dir.rglob("results.json")})
+    for folder in candidates:
+        rel = folder.relative_to(grid_dir)
+        if any(part.startswith(("_", ".")) for part in rel.parts):
+            continue
+        name = str(rel)
+        if not (folder / "COMPLETE").exists():
+            skipped.append({"run": name, "reason": "training not finished (no COMPLETE marker)"})
+            continue
+        if not (folder / "results.json").exists():
+            skipped.append({"run": name, "reason": "trained but not evaluated (no results.json)"})
+            continue
+        try:
+            results = load_json(folder / "results.json")
+            run = run_from_results(results, folder, read_jsonl(folder / "metrics.jsonl"))
+        except (ValueError, OSError) as exc:
+            skipped.append({"run": name, "reason": f"unreadable results.json: {exc}"})
+            continue
+        if (folder / "config.yaml").exists():
+            on_disk = yaml.safe_load((folder / "config.yaml").read_text()) or {}
+            differ = sorted(k for k in set(on_disk) & set(run.config) if on_disk[k] != run.config[k])
+            if differ:
+                skipped.append({"run": name, "reason": f"results.json is stale: its config differs from "
+                                                        f"config.yaml in {differ}; re-run the evaluation"})
+                continue
+        runs.append(run)
+    return Collected(runs=tuple(runs), skipped=tuple(skipped))
+
+
+def grid_status(grid_dir: str | Path) -> dict[str, Any] | None:
+    """The grid runner's record ``<grid_dir>/grid.json`` (:mod:`heavytail.grid`), or None when absent:
+    {"grid", "finished", "counts", "configurations": [{"name", "status", "failed_cell", "error", ...}]}."""
+    path = Path(grid_dir) / "grid.json"
+    if not path.is_file():
+        return None
+    record = load_json(path)
+    if not isinstance(record, Mapping) or not isinstance(record.get("configurations"), list):
+        raise ValueError(f"{path} is not a grid record: expected a mapping with a 'configurations' list")
+    return dict(record)
+
+
+def grid_status_table(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Configurations of ``grid.json`` that did not finish, with their failing cell and error."""
+    rows = [{"configuration": e.get("name", "?"), "status": e.get("status", "?"),
+             "failed cell": "-" if e.get("failed_cell") is None else str(e["failed_cell"]),
+             "error": e.get("error") or ""}
+            for e in record["configurations"] if e.get("status") not in ("ok", "skipped")]
+    counts = ", ".join(f"{n} {s}" for s, n in (record.get("counts") or {}).items() if n)
+    state = "finished" if record.get("finished") else "not finished (still running or interrupted)"
+    return {"title": f"Grid {record.get('grid', '?')}: {len(record['configurations'])} configurations, {counts}; "
+                     f"the grid run is {state}",
+            "columns": ["configuration", "status", "failed cell", "error"], "rows": rows,
+            "notes": "" if rows else "every configuration finished"}
+
+
+def filter_runs(runs: Iterable[Run], **equal: Any) -> list[Run]:
+    """The runs whose configuration has ``config[key] == value`` for every given key (unknown keys: error)."""
+    runs = list(runs)
+    for key in equal:
+        if runs and key not in runs[0].config:
+            raise ValueError(f"filter key {key!r} is not a configuration key; allowed: {', '.join(sorted(runs[0].config))}")
+    return [r for r in runs if all(r.config.get(k) == v for k, v in equal.items())]
+
+
+# --------------------------------------------------------------------------------------------------
+# Aggregating seeds
+# --------------------------------------------------------------------------------------------------
+def _median(values: Sequence[float]) -> float:
+    arr = np.asarray(list(values), dtype=np.float64)
+    if arr.size == 0:
+        return math.nan
+    finite_or_inf = arr[~np.isnan(arr)]
+    return float(np.median(finite_or_inf)) if finite_or_inf.size else math.nan
+
+
+def cell_key(config: Mapping[str, Any]) -> tuple[str, str, str, str, bool]:
+    """The ablation axes of a configuration: (benchmark, marginals, norm, kernel, symlog)."""
+    return (config["benchmark"], config["marginals"], config["norm"], config["kernel"], bool(config["symlog"]))
+
+
+def aggregate(runs: Iterable[Run]) -> list[dict[str, Any]]:
+    """Group runs into configurations (all settings but the seed and :data:`OPERATIONAL` ones) and
+    aggregate their seeds as described in the module docstring. Returns one dict per configuration."""
+    groups: dict[tuple, list[Run]] = {}
+    for run in runs:
+        key = tuple(sorted((k, repr(v)) for k, v in run.config.items() if k not in OPERATIONAL))
+        groups.setdefault(key, []).append(run)
+    aggs = [_aggregate_group(sorted(g, key=lambda r: r.config.get("seed", 0))) for g in groups.values()]
+    return sorted(aggs, key=lambda a: (a["benchmark"], a["marginals"], NORMS.index(a["norm"]) if a["norm"] in NORMS else 9,
+                                       KERNELS.index(a["kernel"]) if a["kernel"] in KERNELS else 9, a["symlog"]))
+
+
+def _aggregate_group(runs: list[Run]) -> dict[str, Any]:
+    cfg = runs[0].config
+    benchmark, marginals, norm, kernel, symlog = cell_key(cfg)
+    labels = [r.results["collapse"]["label"] for r in runs]
+    n_collapsed = sum(label == "collapse" for label in labels)
+    agg: dict[str, Any] = {
+        "benchmark": benchmark, "marginals": marginals, "norm": norm, "kernel": kernel, "symlog": symlog,
+        "key": (benchmark, marginals, norm, kernel, symlog),
+        "config": dict(cfg), "names": [r.name for r in runs], "seeds": [r.config.get("seed") for r in runs],
+        "n_seeds": len(runs),
+        "collapse": {
+            "label": "collapse" if 2 * n_collapsed >= len(runs) else "ok",
+            "n_collapsed": n_collapsed,
+            "fractions": [float(r.results["collapse"]["fraction"]) for r in runs],
+        },
+        # Pooled per-trial values for the empirical CDFs (Figures 10, 11). The floor pool depends on the
+        # seed but not on the model, so each seed's floor is pooled once.
+        "d": [x for r in runs for x in r.results["energy"]["d"]],
+        "d_hat": [x for r in runs for x in r.results["energy"]["d_hat"]],
+    }
+    for stat in STATISTICS:
+        per_seed = [r.results["energy"][stat] for r in runs]
+        ratios = [float(s["ratio"]) for s in per_seed]
+        low = _median([s["low"] for s in per_seed])
+        agg[stat] = {
+            "ratio": _median(ratios),
+            "low": low,
+            "high": _median([s["high"] for s in per_seed]),
+            # one seed: evaluate's own flag; several: the bold rule on the aggregated interval
+            "bold": bool(per_seed[0]["bold"]) if len(runs) == 1 else bool(low <= 1.0),
+            "floor": _median([s["floor"] for s in per_seed]),
+            "candidate": _median([s["candidate"] for s in per_seed]),
+            "seed_ratios": ratios,
+            "seed_min": float(np.nanmin(ratios)) if ratios else math.nan,
+            "seed_max": float(np.nanmax(ratios)) if ratios else math.nan,
+            "n_bold": sum(bool(s["bold"]) for s in per_seed),
+        }
+    hills = [r.results.get("hill") for r in runs]
+    if all(h is not None for h in hills) and hills:
+        agg["hill"] = {axis: {"E": _median([h["axes"][axis]["E"] for h in hills]),
+                              "E_seeds": [float(h["axes"][axis]["E"]) for h in hills]} for axis in ("0", "1")}
+        curves = [h.get("curve") for h in hills]
+        if all(c is not None for c in curves):
+            phi = list(curves[0]["phi"])
+            agg["hill_curve"] = {
+                "phi": phi,
+                "output": {axis: [_median([c["output_abs_error"][axis][i] for c in curves]) for i in range(len(phi))]
+                           for axis in ("0", "1")},
+                "target": {axis: [_median([c["target_abs_error"][axis][i] for c in curves]) for i in range(len(phi))]
+                           for axis in ("0", "1")},
+            }
+    else:
+        agg["hill"] = None
+    return agg
+
+
+def index_cells(aggs: Iterable[Mapping[str, Any]]) -> dict[tuple, Mapping[str, Any]]:
+    """Configurations by their ablation axes (:func:`cell_key`). Two configurations on one cell (a grid that
+    also varies, e.g., the backend or the width) are an error naming the settings that differ."""
+    cells: dict[tuple, Mapping[str, Any]] = {}
+    for agg in aggs:
+        other = cells.get(agg["key"])
+        if other is not None:
+            differ = sorted(k for k in set(agg["config"]) - OPERATIONAL if agg["config"].get(k) != other["config"].get(k))
+            raise ValueError(f"two configurations share the table cell {agg['key']} and differ in {differ}; "
+                             f"select one with filter_runs(runs, {differ[0]}=...) (notebook parameter 'filters')")
+        cells[agg["key"]] = agg
+    return cells
+
+
+# --------------------------------------------------------------------------------------------------
+# Formatting helpers
+# --------------------------------------------------------------------------------------------------
+def fmt_ratio(x: float) -> str:
+    if x is None or not math.isfinite(x):
+        return "nan" if x is None or math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return f"{x:.3f}" if 1e-3 <= abs(x) < 1e3 else f"{x:.2e}"
+
+
+def fmt_sci(x: float) -> str:
+    """Two significant digits in scientific notation, as Tables 7 and 8 print E."""
+    if x is None or not math.isfinite(x):
+        return fmt_ratio(x)
+    return f"{x:.1e}"
+
+
+def ratio_cell(agg: Mapping[str, Any] | None, statistic: str) -> dict[str, Any] | None:
+    """One Table 5/6 cell: ratio with bootstrap interval, bold flag, or 'collapse'. None when not run."""
+    if agg is None:
+        return None
+    s = agg[statistic]
+    collapse = agg["collapse"]
+    n = agg["n_seeds"]
+    if collapse["label"] == "collapse":
+        text = "collapse"
+        if n > 1:
+            text += f" ({collapse['n_collapsed']}/{n} seeds)"
+        text += f" [ratio {fmt_ratio(s['ratio'])}]"
+        bold = False
+    else:
+        text = f"{fmt_ratio(s['ratio'])} [{fmt_ratio(s['low'])}, {fmt_ratio(s['high'])}]"
+        if n > 1:
+            text += f"; seeds {fmt_ratio(s['seed_min'])}-{fmt_ratio(s['seed_max'])} (n={n})"
+        if collapse["n_collapsed"]:
+            text += f"; collapse in {collapse['n_collapsed']}/{n} seeds"
+        bold = bool(s["bold"])
+    return {"text": text, "bold": bold, "ratio": s["ratio"], "low": s["low"], "high": s["high"],
+            "collapse": collapse["label"] == "collapse", "n_seeds": n}
+
+
+# --------------------------------------------------------------------------------------------------
+# Tables: a table is {"title", "columns", "rows": [{column: str | number | cell dict | None}], "notes"}
+# --------------------------------------------------------------------------------------------------
+def _norms_present(aggs: Sequence[Mapping[str, Any]], benchmark: str | None = None) -> list[str]:
+    present = {a["norm"] for a in aggs if benchmark is None or a["benchmark"] == benchmark}
+    return [n for n in NORMS if n in present] or ["post"]
+
+
+def ratio_table(aggs: Sequence[Mapping[str, Any]], benchmark: str, statistic: str = "median") -> dict[str, Any]:
+    """Table 5 (sheared swap) or 6 (matrix inverse): rows norm x kernel, columns marginals x transform,
+    cells :func:`ratio_cell` under ``statistic`` ("median" or "mean"), None where the run is missing."""
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic={statistic!r} is not allowed; choose one of {STATISTICS}")
+    if benchmark not in BENCHMARK_MARGINALS:
+        raise ValueError(f"benchmark={benchmark!r} is not allowed; choose one of {tuple(BENCHMARK_MARGINALS)}")
+    cells = index_cells(aggs)
+    columns = [(m, s) for m in BENCHMARK_MARGINALS[benchmark] for s in (False, True)]
+    labels = {c: f"{MARGINAL_LABELS[c[0]]} / {TRANSFORM_LABELS[c[1]]}" for c in columns}
+    rows, missing = [], 0
+    for norm in _norms_present(aggs):
+        for kernel in KERNELS:
+            row: dict[str, Any] = {"norm": NORM_LABELS[norm], "kernel": KERNEL_LABELS[kernel]}
+            for marg, sym in columns:
+                cell = ratio_cell(cells.get((benchmark, marg, norm, kernel, sym)), statistic)
+                missing += cell is None
+                row[labels[(marg, sym)]] = cell
+            rows.append(row)
+    number = 5 if benchmark == "sheared_swap" else 6
+    return {
+        "title": f"Table {number} ({statistic}): {BENCHMARK_LABELS[benchmark]} energy distance as a multiple of the "
+                 f"i.i.d. sampling floor, with 95% bootstrap interval; bold: interval contains or lies below 1",
+        "columns": ["norm", "kernel", *labels.values()],
+        "rows": rows,
+        "notes": f"{missing} of {len(rows) * len(columns)} cells not run" if missing else "",
+    }
+
+
+def hill_table(aggs: Sequence[Mapping[str, Any]], benchmark: str, axis: str | int) -> dict[str, Any]:
+    """Table 7 (sheared swap) or 8 (matrix inverse): E(e, e_hat) of eq. 41 on one latent axis
+    (0: lighter tail a in [2, 3]; 1: heavier tail a in [1+eps, 2]); mirrored Pareto runs only."""
+    axis = str(axis)
+    if axis not in ("0", "1"):
+        raise ValueError(f"axis={axis!r} is not allowed; choose 0 (lighter tail) or 1 (heavier tail)")
+    cells = index_cells(aggs)
+    rows, missing = [], 0
+    for norm in _norms_present(aggs):
+        for kernel in KERNELS:
+            row: dict[str, Any] = {"norm": NORM_LABELS[norm], "kernel": KERNEL_LABELS[kernel]}
+            for sym in (False, True):
+                agg = cells.get((benchmark, "mirrored_pareto", norm, kernel, sym))
+                cell = None
+                if agg is not None and agg.get("hill"):
+                    h = agg["hill"][axis]
+                    text = fmt_sci(h["E"])
+                    if agg["n_seeds"] > 1:
+                        text += f" (seeds {fmt_sci(min(h['E_seeds']))} to {fmt_sci(max(h['E_seeds']))})"
+                    if agg["collapse"]["label"] == "collapse":
+                        text += " (collapse)"
+                    cell = {"text": text, "bold": False, "E": h["E"]}
+                missing += cell is None
+                row[f"mirrored Pareto / {TRANSFORM_LABELS[sym]}"] = cell
+            rows.append(row)
+    number = 7 if benchmark == "sheared_swap" else 8
+    tail = "lighter tail, a in [2, 3]" if axis == "0" else "heavier tail, a in [1+eps, 2]"
+    return {
+        "title": f"Table {number}, axis {axis} ({tail}): Hill discrepancy E(e, e_hat) (eq. 41), "
+                 f"{BENCHMARK_LABELS[benchmark]}; expectation 0 when model and reference Hill errors agree",
+        "columns": ["norm", "kernel", "mirrored Pareto / none", "mirrored Pareto / signed-log"],
+        "rows": rows,
+        "notes": f"{missing} of {2 * len(rows)} cells not run" if missing else "",
+    }
+
+
+def scale_table(runs: Sequence[Run]) -> dict[str, Any]:
+    """'What ran at this scale': the distinct values of the sizes that set the scale, next to the paper's
+    (the :class:`heavytail.config.RunConfig` defaults are Table 3)."""
+    from .config import RunConfig
+
+    paper = RunConfig()
+    rows = []
+    for name in SCALE_FIELDS:
+        values = sorted({r.config.get(name) for r in runs}, key=repr)
+        rows.append({"setting": name, "this grid": ", ".join(str(v) for v in values) or "-",
+                     "paper (Table 3)": str(getattr(paper, name))})
+    seeds = sorted({r.config.get("seed") for r in runs}, key=repr)
+    rows.append({"setting": "seeds", "this grid": ", ".join(map(str, seeds)) or "-", "paper (Table 3)": "1 per configuration"})
+    n_configs = len(aggregate(runs)) if runs else 0
+    rows.append({"setting": "evaluated runs (configurations)", "this grid": f"{len(runs)} ({n_configs})",
+                 "paper (Table 3)": "48 (24 post-norm, 24 pre-norm; Sec. 4.2, App. G)"})
+    return {"title": "What ran at this scale", "columns": ["setting", "this grid", "paper (Table 3)"], "rows": rows, "notes": ""}
+
+
+def runs_table(runs: Sequence[Run]) -> dict[str, Any]:
+    """One row per evaluated run: steps logged, last logged loss, skipped steps, training time, collapse."""
+    rows = []
+    for r in runs:
+        last = r.log[-1] if r.log else {}
+        rows.append({
+            "run": r.name,
+            "steps": last.get("step", "-"),
+            "last loss": fmt_ratio(last["loss"]) if "loss" in last else "-",
+            "skipped steps": last.get("n_skipped", "-"),
+            "train seconds": f"{last['seconds']:.0f}" if "seconds" in last else "-",
+            "collapsed trials": f"{r.results['collapse']['fraction']:.2f}",
+            "median ratio": fmt_ratio(r.results["energy"]["median"]["ratio"]),
+        })
+    return {"title": "Evaluated runs", "columns": ["run", "steps", "last loss", "skipped steps", "train seconds",
+                                                    "collapsed trials", "median ratio"], "rows": rows, "notes": ""}
+
+
+# --------------------------------------------------------------------------------------------------
+# The paper's numbers (Tables 5, 6), for side-by-side comparison only
+# --------------------------------------------------------------------------------------------------
+# Row: kernel -> values in column order (Pareto none, Pareto symlog[, Gaussian none, Gaussian symlog]);
+# "C" = collapse, a trailing "b" = bold in the paper.
+_PAPER = {
+    ("sheared_swap", "median", "pre"): "0.857b 0.817b 1.123b 1.101b|0.844b 0.827b 1.127b 1.143b|0.815b 0.845b 1.123b 1.074b|0.795b 0.806b 1.057b 1.097b",
+    ("sheared_swap", "median", "post"): "C C 1.119b 1.097b|1.174b 0.863b 1.088b 1.130b|0.980b 0.833b 1.082b 1.092b|1.006b 0.767b 1.051b 1.147b",
+    ("sheared_swap", "mean", "pre"): "0.833b 0.779b 1.148b 1.142b|0.849b 0.770b 1.129b 1.136b|0.828b 0.777b 1.142b 1.164b|0.847b 0.749b 1.127b 1.190",
+    ("sheared_swap", "mean", "post"): "C C 1.181 1.185|1.707 0.805b 1.153b 1.192|1.317b 0.804b 1.171b 1.189|1.474 0.750b 1.189 1.215",
+    ("matrix_inverse", "median", "pre"): "1.085b 1.053b|1.145b 1.133b|1.143b 1.092b|1.181b 1.164b",
+    ("matrix_inverse", "median", "post"): "C 1.120b|3.423 1.167b|1.295b 1.149b|1.354b 1.135b",
+    ("matrix_inverse", "mean", "pre"): "0.869b 0.806b|0.933b 0.797b|0.816b 0.807b|0.889b 0.868b",
+    ("matrix_inverse", "mean", "post"): "C 0.806b|3.718 0.849b|1.427 0.866b|1.466 0.821b",
+}
+
+
+def paper_value(benchmark: str, marginals: str, norm: str, kernel: str, symlog: bool, statistic: str) -> str:
+    """The paper's Table 5/6 entry as text ('1.174', '**0.863**' for bold, 'collapse')."""
+    rows = _PAPER[(benchmark, statistic, norm)].split("|")
+    columns = [(m, s) for m in BENCHMARK_MARGINALS[benchmark] for s in (False, True)]
+    raw = rows[KERNELS.index(kernel)].split()[columns.index((marginals, bool(symlog)))]
+    if raw == "C":
+        return "collapse"
+    return f"**{raw[:-1]}**" if raw.endswith("b") else raw
+
+
+def comparison_table(aggs: Sequence[Mapping[str, Any]], statistic: str = "median") -> dict[str, Any]:
+    """Every configuration that ran, its ratio at our scale next to the paper's (N = 16384, 50,000 steps)."""
+    rows = []
+    for a in aggs:
+        ours = ratio_cell(a, statistic)
+        rows.append({
+            "benchmark": BENCHMARK_LABELS[a["benchmark"]], "marginals": MARGINAL_LABELS[a["marginals"]],
+            "norm": NORM_LABELS[a["norm"]], "kernel": KERNEL_LABELS[a["kernel"]],
+            "transform": TRANSFORM_LABELS[a["symlog"]], "this grid": ours,
+            "paper": paper_value(a["benchmark"], a["marginals"], a["norm"], a["kernel"], a["symlog"], statistic),
+        })
+    return {"title": f"{statistic.capitalize()} ratio at this scale next to the paper's (bold **x**: the paper's bold)",
+            "columns": ["benchmark", "marginals", "norm", "kernel", "transform", "this grid", "paper"],
+            "rows": rows, "notes": ""}
+
+
+# --------------------------------------------------------------------------------------------------
+# Findings of Sections 4.2 and 5
+# --------------------------------------------------------------------------------------------------
+def is_collapsed(agg: Mapping[str, Any]) -> bool:
+    return agg["collapse"]["label"] == "collapse"
+
+
+def is_lower(a: Mapping[str, Any], b: Mapping[str, Any], statistic: str = "median") -> bool:
+    """A lower than B: A's bootstrap interval lies entirely below B's (see :data:`DEFINITIONS`)."""
+    return bool(a[statistic]["high"] < b[statistic]["low"])
+
+
+def are_similar(aggs: Sequence[Mapping[str, Any]], statistic: str = "median") -> bool:
+    """All bootstrap intervals share a common point (see :data:`DEFINITIONS`)."""
+    return bool(max(a[statistic]["low"] for a in aggs) <= min(a[statistic]["high"] for a in aggs))
+
+
+def _describe(agg: Mapping[str, Any], statistic: str = "median") -> str:
+    s = agg[statistic]
+    who = f"{agg['kernel']}{' +symlog' if agg['symlog'] else ''}"
+    frac = np.mean(agg["collapse"]["fractions"])
+    state = "collapse" if is_collapsed(agg) else "no collapse"
+    return (f"{who}: {statistic} ratio {fmt_ratio(s['ratio'])} [{fmt_ratio(s['low'])}, {fmt_ratio(s['high'])}], "
+            f"{state} ({frac:.0%} of trials collapsed)")
+
+
+def _ratio_of_ratios(a, b, statistic="median") -> str:
+    r = a[statistic]["ratio"] / b[statistic]["ratio"] if b[statistic]["ratio"] else math.inf
+    return fmt_ratio(r)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of the paper, the configurations it speaks about, and how to check it on them."""
+
+    id: str
+    claim: str
+    source: str
+    paper: str  # what the paper reports, quoted from its text or tables
+    needs: tuple[tuple, ...]  # cell keys (benchmark, marginals, norm, kernel, symlog)
+    check: Callable[[dict[tuple, Mapping[str, Any]]], tuple[bool, str]]  # all needs present -> (holds, evidence)
+
+
+def _k(benchmark, norm, kernel, symlog, marginals="mirrored_pareto"):
+    return (benchmark, marginals, norm, kernel, symlog)
+
+
+def _claims() -> list[Claim]:
+    claims: list[Claim] = []
+    names = {"sheared_swap": "sheared swap", "matrix_inverse": "matrix inverse"}
+    table = {"sheared_swap": "Table 5", "matrix_inverse": "Table 6"}
+    paper_slow_range = {"sheared_swap": "0.980-1.174", "matrix_inverse": "1.295-3.423"}
+    paper_symlog_range = {"sheared_swap": "0.767-0.863 (from 0.980-1.174)", "matrix_inverse": "1.135-1.167 (from 1.295-3.423)"}
+
+    for b in ("sheared_swap", "matrix_inverse"):
+        soft = _k(b, "post", "softmax", False)
+        claims.append(Claim(
+            f"softmax-collapses-{b}", f"Post-norm softmax without symlog collapses on the {names[b]} (mirrored Pareto)",
+            f"Sec. 4.2, Sec. 5, {table[b]}", "collapse", (soft,),
+            lambda c, soft=soft: (is_collapsed(c[soft]), _describe(c[soft]))))
+    for b in ("sheared_swap", "matrix_inverse"):
+        slow = tuple(_k(b, "post", k, False) for k in SLOWER_KERNELS)
+        claims.append(Claim(
+            f"slower-avoid-collapse-{b}", f"The three slower-growing kernels avoid collapse (post-norm, no symlog, {names[b]})",
+            f"Sec. 4.2, Sec. 5, {table[b]}", f"no collapse; median ratios {paper_slow_range[b]}", slow,
+            lambda c, slow=slow: (not any(is_collapsed(c[k]) for k in slow), "; ".join(_describe(c[k]) for k in slow))))
+    for b in ("sheared_swap", "matrix_inverse"):
+        soft = _k(b, "post", "softmax", False)
+        slow = tuple(_k(b, "post", k, False) for k in SLOWER_KERNELS)
+
+        def check(c, soft=soft, slow=slow):
+            parts = [f"{k[3]}/softmax = {_ratio_of_ratios(c[k], c[soft])} "
+                     f"({'lower' if is_lower(c[k], c[soft]) else 'not lower'})" for k in slow]
+            return all(is_lower(c[k], c[soft]) for k in slow), f"{_describe(c[soft])}; " + "; ".join(parts)
+
+        claims.append(Claim(
+            f"slower-lower-than-softmax-{b}",
+            f"The slower-growing kernels achieve lower energy distance than softmax (post-norm, no symlog, {names[b]})",
+            f"Sec. 4.2, {table[b]}", f"softmax collapses; slower kernels {paper_slow_range[b]}", (soft, *slow), check))
+    mi_soft = _k("matrix_inverse", "post", "softmax", True)
+    claims.append(Claim(
+        "symlog-softmax-matrix-inverse", "With symlog, post-norm softmax avoids collapse on the matrix inverse",
+        "Sec. 4.2, Sec. 5, Table 6", "no collapse, median ratio 1.120", (mi_soft,),
+        lambda c: (not is_collapsed(c[mi_soft]), _describe(c[mi_soft]))))
+    ss_soft = _k("sheared_swap", "post", "softmax", True)
+    claims.append(Claim(
+        "symlog-softmax-sheared-swap", "With symlog, post-norm softmax still collapses on the sheared swap",
+        "Sec. 4.2, Table 5", "collapse", (ss_soft,),
+        lambda c: (is_collapsed(c[ss_soft]), _describe(c[ss_soft]))))
+    for b in ("sheared_swap", "matrix_inverse"):
+        pairs = tuple((_k(b, "post", k, True), _k(b, "post", k, False)) for k in SLOWER_KERNELS)
+
+        def check(c, pairs=pairs):
+            parts = [f"{s[3]}: symlog/none = {_ratio_of_ratios(c[s], c[n])} "
+                     f"({fmt_ratio(c[s]['median']['ratio'])} vs {fmt_ratio(c[n]['median']['ratio'])}, "
+                     f"{'lower' if is_lower(c[s], c[n]) else 'not lower'})" for s, n in pairs]
+            return all(is_lower(c[s], c[n]) for s, n in pairs), "; ".join(parts)
+
+        claims.append(Claim(
+            f"symlog-lowers-slower-{b}", f"Symlog lowers the median ratios of the slower-growing kernels (post-norm, {names[b]})",
+            f"Sec. 4.2, {table[b]}", f"median ratios {paper_symlog_range[b]}", tuple(k for p in pairs for k in p), check))
+    gauss = tuple(_k("sheared_swap", "post", k, s, "gaussian") for s in (False, True) for k in KERNELS)
+    claims.append(Claim(
+        "gaussian-no-collapse", "On the Gaussian sheared swap no kernel collapses (post-norm, with and without symlog)",
+        "Sec. 4.2, Table 5", "no collapse; median ratios 1.051-1.147", gauss,
+        lambda c: (not any(is_collapsed(c[k]) for k in gauss),
+                   "; ".join(f"{k[3]}{' +symlog' if k[4] else ''}: {c[k]['collapse']['label']}" for k in gauss))))
+
+    def similar_check(c):
+        parts, ok = [], True
+        for s in (False, True):
+            group = [c[_k("sheared_swap", "post", k, s, "gaussian")] for k in KERNELS]
+            sim = are_similar(group)
+            ok &= sim
+            ratios = [g["median"]["ratio"] for g in group]
+            spread = max(ratios) / min(ratios) if min(ratios) > 0 else math.inf
+            parts.append(f"{TRANSFORM_LABELS[s]}: intervals " + ", ".join(
+                f"{g['kernel']} [{fmt_ratio(g['median']['low'])}, {fmt_ratio(g['median']['high'])}]" for g in group)
+                + f" -> {'common point' if sim else 'no common point'}, max/min ratio {fmt_ratio(spread)}")
+        return ok, "; ".join(parts)
+
+    claims.append(Claim(
+        "gaussian-similar", "On the Gaussian sheared swap the four kernels achieve similar energy distances (post-norm)",
+        "Sec. 4.2, Table 5", "median ratios 1.051-1.147, all bold", gauss, similar_check))
+    pre = tuple(_k(b, "pre", k, s, m) for b, ms in BENCHMARK_MARGINALS.items() for m in ms
+                for s in (False, True) for k in KERNELS)
+    claims.append(Claim(
+        "prenorm-no-collapse", "Pre-norm runs show no collapse across kernels, transforms and benchmarks",
+        "Sec. 4.2, App. G, Figures 8, 9", "no collapse in any of the 24 pre-norm runs", pre,
+        lambda c: (not any(is_collapsed(c[k]) for k in pre),
+                   f"{sum(is_collapsed(c[k]) for k in pre)} of {len(pre)} pre-norm configurations collapsed")))
+    return claims
+
+
+CLAIMS = tuple(_claims())
+
+
+def findings(aggs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each claim of Sections 4.2 and 5 with verdict 'reproduced' / 'not reproduced' / 'not run' and the
+    evidence (numbers from the runs). Definitions of collapsed / lower / similar: :data:`DEFINITIONS`."""
+    cells = index_cells(aggs)
+    out = []
+    for claim in CLAIMS:
+        missing = [k for k in claim.needs if k not in cells]
+        if missing:
+            present = [k for k in claim.needs if k in cells]
+            shown = "; ".join(_describe(cells[k]) + f" ({k[0]}, {k[1]}, {k[2]}-norm)" for k in present[:4])
+            evidence = (f"missing {len(missing)} of {len(claim.needs)} configurations, e.g. "
+                        f"{_key_text(missing[0])}" + (f". Present: {shown}" if shown else ""))
+            verdict = "not run"
+        else:
+            holds, evidence = claim.check(cells)
+            verdict = "reproduced" if holds else "not reproduced"
+        out.append({"id": claim.id, "claim": claim.claim, "source": claim.source, "paper": claim.paper,
+                    "verdict": verdict, "evidence": evidence, "n_needed": len(claim.needs),
+                    "n_missing": len(missing)})
+    return out
+
+
+def _key_text(key: tuple) -> str:
+    b, m, n, k, s = key
+    return f"{BENCHMARK_LABELS[b]} / {MARGINAL_LABELS[m]} / {n}-norm / {k} / {TRANSFORM_LABELS[s]}"
+
+
+def findings_table(found: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    colors = {"reproduced": "#1a7f37", "not reproduced": "#cf222e", "not run": "#6e7781"}
+    rows = [{"claim": f["claim"], "source": f["source"], "paper": f["paper"],
+             "verdict": {"text": f["verdict"], "bold": True, "color": colors[f["verdict"]]},
+             "evidence at this scale": f["evidence"]} for f in found]
+    counts = {v: sum(f["verdict"] == v for f in found) for v in colors}
+    return {"title": "Findings of Sections 4.2 and 5 at this scale",
+            "columns": ["claim", "source", "paper", "verdict", "evidence at this scale"], "rows": rows,
+            "notes": ", ".join(f"{n} {v}" for v, n in counts.items())}
+
+
+def findings_text(found: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The findings as plain sentences, one per claim."""
+    lines = []
+    for f in found:
+        if f["verdict"] == "not run":
+            lines.append(f"Not run: \"{f['claim']}\": {f['n_missing']} of {f['n_needed']} configurations missing.")
+        else:
+            lines.append(f"{f['verdict'].capitalize()}: \"{f['claim']}\" (paper: {f['paper']}). Here: {f['evidence']}.")
+    return lines
+
+
+# --------------------------------------------------------------------------------------------------
+# Rendering (pandas-free)
+# --------------------------------------------------------------------------------------------------
+def cell_text(value: Any) -> str:
+    if value is None:
+        return "not run"
+    if isinstance(value, Mapping):
+        return str(value.get("text", ""))
+    if isinstance(value, float):
+        return fmt_ratio(value)
+    return str(value)
+
+
+def records(table: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The table as flat rows of text (for CSV, :meth:`heavytail.report.Artifacts.save_table`)."""
+    return [{c: cell_text(row.get(c)) for c in table["columns"]} for row in table["rows"]]
+
+
+def to_csv(table: Mapping[str, Any]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(table["columns"]))
+    writer.writeheader()
+    writer.writerows(records(table))
+    return buf.getvalue()
+
+
+def to_markdown(table: Mapping[str, Any]) -> str:
+    def md(value):
+        text = cell_text(value).replace("|", "\\|")
+        return f"**{text}**" if isinstance(value, Mapping) and value.get("bold") else text
+
+    cols = list(table["columns"])
+    lines = [f"**{table['title']}**", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(md(row.get(c)) for c in cols) + " |" for row in table["rows"]]
+    if table.get("notes"):
+        lines += ["", f"_{table['notes']}_"]
+    return "\n".join(lines)
+
+
+def to_html(table: Mapping[str, Any]) -> str:
+    """An HTML table; bold cells in <b>, missing cells in grey 'not run'."""
+    def td(value):
+        text = html.escape(cell_text(value))
+        style = "padding:2px 8px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top"
+        if value is None:
+            style += ";color:#999"
+        elif isinstance(value, Mapping) and value.get("color"):
+            style += f";color:{value['color']}"
+        if isinstance(value, Mapping) and value.get("bold"):
+            text = f"<b>{text}</b>"
+        return f"<td style='{style}'>{text}</td>"
+
+    head = "".join(f"<th style='padding:2px 8px;text-align:left;border-bottom:2px solid #444'>{html.escape(c)}</th>"
+                   for c in table["columns"])
+    body = "\n".join("<tr>" + "".join(td(row.get(c)) for c in table["columns"]) + "</tr>" for row in table["rows"])
+    notes = f"<p><i>{html.escape(table['notes'])}</i></p>" if table.get("notes") else ""
+    return (f"<p><b>{html.escape(table['title'])}</b></p>\n<table style='border-collapse:collapse;font-size:90%'>"
+            f"<tr>{head}</tr>\n{body}\n</table>{notes}")

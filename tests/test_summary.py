@@ -1,0 +1,198 @@
+"""The grid summary: collecting runs, aggregating seeds, Tables 5-8, the findings, and the notebook."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from heavytail import summary as S
+from heavytail.config import RunConfig
+from heavytail.io import save_json
+
+SMALL = dict(d_model=16, n_blocks=1, d_ff=32, n_points=64, trials_per_step=4, steps=4, warmup_steps=1,
+             eval_trials=8, eval_n_points=256, eval_batch_trials=4, bootstrap_resamples=200, attention_backend="dense")
+
+
+def fake_results(benchmark="sheared_swap", marginals="mirrored_pareto", norm="post", kernel="linear_elu",
+                 symlog=False, seed=0, ratio=1.0, half_width=0.1, collapsed=False):
+    """A results dict with the structure evaluate() writes and chosen ratio / interval / collapse label."""
+    cfg = RunConfig.from_dict(SMALL, benchmark=benchmark, marginals=marginals, norm=norm, kernel=kernel,
+                              symlog=symlog, seed=seed).to_dict()
+    rng = np.random.default_rng(seed)
+    d_hat = rng.lognormal(size=8)
+    d = ratio * d_hat
+    energy = {"d": d.tolist(), "d_hat": d_hat.tolist()}
+    for stat in ("median", "mean"):
+        low, high = ratio - half_width, ratio + half_width
+        floor = float(getattr(np, stat)(d_hat))
+        energy[stat] = {"ratio": ratio, "low": low, "high": high, "bold": low <= 1.0,
+                        "candidate": ratio * floor, "floor": floor}
+    res = {"name": RunConfig.from_dict(cfg).name, "config": cfg,
+           "collapse": {"label": "collapse" if collapsed else "ok", "fraction": 1.0 if collapsed else 0.0,
+                        "threshold": 0.05, "spread_ratio": [0.0 if collapsed else 1.0] * 8},
+           "energy": energy}
+    if marginals == "mirrored_pareto":
+        E = 1e8 if collapsed else 1e-3 * ratio
+        res["hill"] = {"k": 25, "axes": {a: {"E": E, "e": [0.1] * 8, "e_hat": [0.1] * 8, "hill_output": [2.0] * 8,
+                                              "hill_target": [2.0] * 8, "tail_index": [2.0] * 8} for a in ("0", "1")},
+                       "curve": {"phi": [0.01, 0.1], "output_abs_error": {"0": [0.5, 0.3], "1": [0.4, 0.2]},
+                                 "target_abs_error": {"0": [0.3, 0.1], "1": [0.2, 0.1]}}}
+    return res
+
+
+def paper_like_grid(changes=None):
+    """Post-norm results shaped like the paper's Tables 5 and 6; ``changes[key] = dict(...)`` overrides a cell."""
+    out = []
+    for bench, margs in S.BENCHMARK_MARGINALS.items():
+        for marg in margs:
+            for sym in (False, True):
+                for kernel in S.KERNELS:
+                    kw = dict(ratio=1.1)
+                    if marg == "mirrored_pareto":
+                        if kernel == "softmax":
+                            # collapses without symlog on both; with symlog only on the sheared swap
+                            kw = dict(ratio=40.0, collapsed=not (sym and bench == "matrix_inverse"))
+                            if sym and bench == "matrix_inverse":
+                                kw = dict(ratio=1.12)
+                        else:
+                            kw = dict(ratio=0.8 if sym else 1.5)
+                    kw.update((changes or {}).get((bench, marg, kernel, sym), {}))
+                    out.append(fake_results(bench, marg, "post", kernel, sym, **kw))
+    return [S.run_from_results(r) for r in out]
+
+
+def verdicts(runs):
+    return {f["id"]: f["verdict"] for f in S.findings(S.aggregate(runs))}
+
+
+# ------------------------------------------------------------------------------------------ findings
+def test_a_paper_like_grid_reproduces_every_post_norm_claim_and_prenorm_is_not_run():
+    v = verdicts(paper_like_grid())
+    assert v.pop("prenorm-no-collapse") == "not run"
+    assert set(v.values()) == {"reproduced"}, v
+
+
+def test_a_healthy_softmax_is_not_a_reproduced_collapse():
+    v = verdicts(paper_like_grid({("sheared_swap", "mirrored_pareto", "softmax", False): dict(ratio=0.9, collapsed=False)}))
+    assert v["softmax-collapses-sheared_swap"] == "not reproduced"
+    # softmax at 0.9 [0.8, 1.0] is not worse than the slower kernels at 1.5 [1.4, 1.6]
+    assert v["slower-lower-than-softmax-sheared_swap"] == "not reproduced"
+    assert v["softmax-collapses-matrix_inverse"] == "reproduced"
+
+
+def test_missing_configurations_are_not_run_and_the_rest_still_judged():
+    runs = [r for r in paper_like_grid() if not (r.config["kernel"] == "log_elu" and r.config["benchmark"] == "matrix_inverse")]
+    found = {f["id"]: f for f in S.findings(S.aggregate(runs))}
+    assert found["slower-avoid-collapse-matrix_inverse"]["verdict"] == "not run"
+    assert found["symlog-lowers-slower-matrix_inverse"]["n_missing"] == 2
+    assert found["slower-avoid-collapse-sheared_swap"]["verdict"] == "reproduced"
+    assert "missing 1 of 3" in found["slower-avoid-collapse-matrix_inverse"]["evidence"]
+    assert S.findings([])[0]["verdict"] == "not run"
+
+
+def test_overlapping_intervals_are_not_lower_and_intervals_are_similar_only_if_they_meet():
+    v = verdicts(paper_like_grid({("matrix_inverse", "mirrored_pareto", "linear_elu", True): dict(ratio=1.4)}))
+    # linear ELU with symlog 1.4 [1.3, 1.5] overlaps without symlog 1.5 [1.4, 1.6]: not lower
+    assert v["symlog-lowers-slower-matrix_inverse"] == "not reproduced"
+    v = verdicts(paper_like_grid({("sheared_swap", "gaussian", "log_elu", True): dict(ratio=1.35)}))
+    assert v["gaussian-similar"] == "not reproduced"  # [1.25, 1.45] vs [1.0, 1.2]: no common point
+    v = verdicts(paper_like_grid({("sheared_swap", "gaussian", "log_elu", True): dict(ratio=1.25)}))
+    assert v["gaussian-similar"] == "reproduced"  # [1.15, 1.35] meets [1.0, 1.2]
+    v = verdicts(paper_like_grid({("sheared_swap", "gaussian", "softmax", False): dict(collapsed=True)}))
+    assert v["gaussian-no-collapse"] == "not reproduced"
+
+
+# ------------------------------------------------------------------------------------------ seeds
+def test_seeds_aggregate_to_the_median_with_their_range_and_a_majority_collapse_label():
+    runs = [S.run_from_results(fake_results(seed=s, ratio=r, collapsed=c))
+            for s, r, c in ((0, 1.0, False), (1, 1.2, True), (2, 5.0, False))]
+    (agg,) = S.aggregate(runs)
+    assert agg["n_seeds"] == 3 and agg["seeds"] == [0, 1, 2]
+    assert agg["median"]["ratio"] == pytest.approx(1.2)
+    assert (agg["median"]["seed_min"], agg["median"]["seed_max"]) == (1.0, 5.0)
+    assert agg["median"]["low"] == pytest.approx(1.1) and not agg["median"]["bold"]
+    assert agg["collapse"]["label"] == "ok" and agg["collapse"]["n_collapsed"] == 1
+    assert len(agg["d"]) == 24
+    text = S.ratio_cell(agg, "median")["text"]
+    assert "n=3" in text and "collapse in 1/3" in text
+    runs[0] = S.run_from_results(fake_results(seed=0, ratio=1.0, collapsed=True))
+    (agg,) = S.aggregate(runs)
+    assert agg["collapse"]["label"] == "collapse"
+
+
+def test_two_configurations_on_one_cell_are_an_error_naming_the_difference():
+    runs = [S.run_from_results(fake_results()), S.run_from_results(fake_results())]
+    cfg = dict(runs[1].results["config"], attention_backend="tiled")
+    runs[1] = S.run_from_results(dict(runs[1].results, config=cfg))
+    with pytest.raises(ValueError, match="attention_backend"):
+        S.ratio_table(S.aggregate(runs), "sheared_swap")
+    assert len(S.filter_runs(runs, attention_backend="dense")) == 1
+    with pytest.raises(ValueError, match="not a configuration key"):
+        S.filter_runs(runs, widht=3)
+
+
+# ------------------------------------------------------------------------------------------ tables
+def test_tables_mark_bold_collapse_and_not_run():
+    aggs = S.aggregate(paper_like_grid())
+    t = S.ratio_table(aggs, "sheared_swap", "median")
+    assert t["columns"][2:] == ["mirrored Pareto / none", "mirrored Pareto / signed-log",
+                                "shifted Gaussian / none", "shifted Gaussian / signed-log"]
+    assert [r["norm"] for r in t["rows"]] == [S.NORM_LABELS["post"]] * 4  # no pre-norm runs: no pre-norm rows
+    soft, sq = t["rows"][0], t["rows"][1]
+    assert soft["mirrored Pareto / none"]["text"].startswith("collapse")
+    assert sq["mirrored Pareto / signed-log"]["bold"] and not sq["mirrored Pareto / none"]["bold"]
+    html_ = S.to_html(t)
+    assert "<b>0.800 [0.700, 0.900]</b>" in html_ and "1.500 [1.400, 1.600]</td>" in html_
+    assert S.records(t)[1]["mirrored Pareto / none"] == "1.500 [1.400, 1.600]"
+    assert "**0.800 [0.700, 0.900]**" in S.to_markdown(t)
+    assert S.to_csv(t).splitlines()[0].startswith("norm,kernel,")
+
+    aggs = S.aggregate([r for r in paper_like_grid() if r.config["kernel"] != "log_elu"])
+    t6 = S.ratio_table(aggs, "matrix_inverse", "mean")
+    assert t6["rows"][3]["mirrored Pareto / none"] is None and "2 of 8 cells not run" in t6["notes"]
+    assert "not run" in S.to_html(t6)
+    h = S.hill_table(aggs, "matrix_inverse", 1)
+    assert h["rows"][0]["mirrored Pareto / none"]["text"] == "1.0e+08 (collapse)"
+    with pytest.raises(ValueError, match="statistic"):
+        S.ratio_table(aggs, "sheared_swap", "mode")
+
+
+def test_the_paper_values_are_read_back_in_table_order():
+    assert S.paper_value("sheared_swap", "mirrored_pareto", "post", "squared_elu", False, "median") == "**1.174**"
+    assert S.paper_value("sheared_swap", "gaussian", "post", "softmax", True, "mean") == "1.185"
+    assert S.paper_value("matrix_inverse", "mirrored_pareto", "post", "softmax", False, "median") == "collapse"
+    assert S.paper_value("matrix_inverse", "mirrored_pareto", "post", "squared_elu", False, "median") == "3.423"
+
+
+# ------------------------------------------------------------------------------------------ collecting
+def _write_run(folder, results, complete=True, evaluated=True):
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(results["config"]))
+    if complete:
+        (folder / "COMPLETE").write_text("")
+    if evaluated:
+        save_json(results, folder / "results.json")
+
+
+def test_collect_uses_finished_evaluated_runs_and_says_why_it_skipped_the_others(tmp_path):
+    _write_run(tmp_path / "a", fake_results(kernel="softmax"))
+    _write_run(tmp_path / "b", fake_results(kernel="log_elu"), evaluated=False)
+    _write_run(tmp_path / "c", fake_results(kernel="linear_elu"), complete=False)
+    stale = fake_results(kernel="squared_elu")
+    _write_run(tmp_path / "d", stale)
+    (tmp_path / "d" / "config.yaml").write_text(yaml.safe_dump(dict(stale["config"], steps=99)))
+    _write_run(tmp_path / "_floors" / "x", fake_results())
+    inf_run = fake_results(kernel="squared_elu", symlog=True)
+    inf_run["energy"]["mean"]["ratio"] = math.inf
+    _write_run(tmp_path / "e", inf_run)
+    got = S.collect_runs(tmp_path)
+    assert sorted(r.name for r in got.runs) == sorted([fake_results(kernel="softmax")["name"], inf_run["name"]])
+    reasons = {s["run"]: s["reason"] for s in got.skipped}
+    assert set(reasons) == {"b", "c", "d"}
+    assert "not evaluated" in reasons["b"] and "COMPLETE" in reasons["c"] and "steps" in reasons["d"]
+    assert math.isinf(next(r for r in got.runs if r.config["symlog"]).results["energy"]["mean"]["ratio"])
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        S.collect_runs(tmp_path / "nope")
