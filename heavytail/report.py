@@ -42,6 +42,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -274,6 +275,7 @@ def run_notebook(source: Path, out_dir: Path, parameters: Mapping[str, Any], cwd
     import papermill as pm
 
     name = source.stem
+    out_dir.mkdir(parents=True, exist_ok=True)
     result = NotebookResult(name=name, status="running", parameters=dict(parameters))
     out_ipynb = out_dir / f"{name}.ipynb"
     out_html = out_dir / f"{name}.html"
@@ -307,6 +309,7 @@ def run_notebook(source: Path, out_dir: Path, parameters: Mapping[str, Any], cwd
         except Exception as exc:  # conversion, kernel start-up, bad parameters: still a failed entry
             result.status = "failed"
             result.error = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
     result.elapsed_s = time.perf_counter() - start
 
     if out_ipynb.exists():
@@ -429,9 +432,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                          progress=not args.no_progress)
     out_dir = Path(args.output_dir) if args.output_dir else repo_root() / "outputs" / params.report
     failed = [r for r in results if r.status == "failed"]
+    counts = {s: sum(r.status == s for r in results) for s in ("ok", "failed", "skipped")}
     total = sum(r.elapsed_s or 0.0 for r in results)
-    print(f"[report] {len(results) - len(failed)} of {len(results)} notebooks not failed, {total:.1f} s; "
-          f"report: {(out_dir / 'index.html').resolve()}")
+    print(f"[report] {counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped in {total:.1f} s"
+          + (f" (failed: {', '.join(r.name for r in failed)})" if failed else "")
+          + f"; report: {(out_dir / 'index.html').resolve()}")
     return 1 if failed else 0
 
 
