@@ -1,0 +1,146 @@
+"""The attention kernel suite of Table 1 (Section 3.3.1, App. E.2).
+
+Each kernel is a strictly positive map ``g`` that replaces the exponential in eq. 7,
+``A_g(S)_ij = g(S_ij) / sum_l g(S_il)``. Because ``g > 0`` everywhere,
+
+    A_g(S) = softmax(log g(S)),
+
+so attention only ever needs ``log g``: the row maximum of ``log g`` is subtracted before
+exponentiating, which keeps eq. 7 finite where ``g / sum g`` would be ``0 / 0`` (rows whose
+scores all lie below about -104 underflow ``e^s`` in float32).
+
+Numerics ("safe where"): ``torch.where(c, f(x), h(x))`` back-propagates through *both*
+branches, so a branch evaluated on inputs outside its domain (``log1p(-x)`` for ``x > 1``,
+``exp(2x)`` overflowing) leaks ``NaN``/``inf`` into the gradient even where it is not taken.
+Every branch below is therefore fed only inputs valid for it (the other side replaced by 0),
+so ``log_g`` and its gradient are finite for every finite float32 score, -1e30 to 3e38.
+
+``dlog_g`` is the derivative of ``log_g``, written out for the hand-written backward of the
+flash-style backend (``heavytail.attention``); the tests compare it with autograd.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = ["Kernel", "KERNEL_NAMES", "KERNELS", "get_kernel"]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One row of Table 1.
+
+    Attributes:
+        name: registry name (one of ``KERNEL_NAMES``).
+        g: the map ``g(s)`` elementwise, shape-preserving ``(...) -> (...)``. May overflow to
+            ``inf`` for huge scores (that is its true value); attention never calls it.
+        log_g: ``log g(s)`` elementwise, finite with finite gradient for every finite score.
+        dlog_g: ``d/ds log g(s)`` elementwise (used by hand-written backwards).
+        growth: growth of the positive branch as ``s -> inf`` (last column of Table 1).
+    """
+
+    name: str
+    g: Callable[[Tensor], Tensor]
+    log_g: Callable[[Tensor], Tensor]
+    dlog_g: Callable[[Tensor], Tensor]
+    growth: str
+
+
+def _split(s: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Return ``(s > 0, positive part, non-positive part)``; each part is 0 off its branch."""
+    # Python-scalar fill (not a fresh tensor) so the function also traces inside flex_attention's score_mod.
+    pos = s > 0
+    return pos, torch.where(pos, s, 0.0), torch.where(pos, 0.0, s)
+
+
+# softmax: g(s) = e^s on both branches.
+def _softmax_g(s: Tensor) -> Tensor:
+    return torch.exp(s)
+
+
+def _softmax_log_g(s: Tensor) -> Tensor:
+    return s
+
+
+def _softmax_dlog_g(s: Tensor) -> Tensor:
+    return torch.ones_like(s)
+
+
+# squared-ELU: (s + 1)^2 for s > 0, e^{2s} for s <= 0.
+def _sq_g(s: Tensor) -> Tensor:
+    pos, sp, sn = _split(s)
+    return torch.where(pos, (sp + 1.0) ** 2, torch.exp(2.0 * sn))
+
+
+def _sq_log_g(s: Tensor) -> Tensor:
+    pos, sp, sn = _split(s)
+    return torch.where(pos, 2.0 * torch.log1p(sp), 2.0 * sn)
+
+
+def _sq_dlog_g(s: Tensor) -> Tensor:
+    pos, sp, _ = _split(s)
+    return torch.where(pos, 2.0 / (1.0 + sp), torch.full_like(s, 2.0))
+
+
+# linear-ELU: s + 1 for s > 0, e^s for s <= 0.
+def _lin_g(s: Tensor) -> Tensor:
+    pos, sp, sn = _split(s)
+    return torch.where(pos, sp + 1.0, torch.exp(sn))
+
+
+def _lin_log_g(s: Tensor) -> Tensor:
+    pos, sp, sn = _split(s)
+    return torch.where(pos, torch.log1p(sp), sn)
+
+
+def _lin_dlog_g(s: Tensor) -> Tensor:
+    pos, sp, _ = _split(s)
+    return torch.where(pos, 1.0 / (1.0 + sp), torch.ones_like(s))
+
+
+# log-ELU: log(1 + s) + 1 for s > 0, (1 - s)^{-1} for s <= 0.
+def _loge_g(s: Tensor) -> Tensor:
+    pos, sp, sn = _split(s)
+    return torch.where(pos, torch.log1p(sp) + 1.0, 1.0 / (1.0 - sn))
+
+
+def _loge_log_g(s: Tensor) -> Tensor:
+    pos, sp, sn = _split(s)
+    return torch.where(pos, torch.log1p(torch.log1p(sp)), -torch.log1p(-sn))
+
+
+def _loge_dlog_g(s: Tensor) -> Tensor:
+    pos, sp, sn = _split(s)
+    return torch.where(pos, 1.0 / ((1.0 + sp) * (1.0 + torch.log1p(sp))), 1.0 / (1.0 - sn))
+
+
+KERNELS: dict[str, Kernel] = {
+    k.name: k
+    for k in (
+        Kernel("softmax", _softmax_g, _softmax_log_g, _softmax_dlog_g, "exponential"),
+        Kernel("squared_elu", _sq_g, _sq_log_g, _sq_dlog_g, "quadratic"),
+        Kernel("linear_elu", _lin_g, _lin_log_g, _lin_dlog_g, "linear"),
+        Kernel("log_elu", _loge_g, _loge_log_g, _loge_dlog_g, "logarithmic"),
+    )
+}
+KERNEL_NAMES: tuple[str, ...] = tuple(KERNELS)
+
+
+def get_kernel(name: str | Kernel) -> Kernel:
+    """Look up a kernel of Table 1 by name (a ``Kernel`` is returned unchanged).
+
+    Raises:
+        ValueError: unknown name; the message lists the valid names.
+    """
+    if isinstance(name, Kernel):
+        return name
+    try:
+        return KERNELS[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown attention kernel {name!r}; valid kernels are {', '.join(KERNEL_NAMES)}"
+        ) from None
