@@ -1,0 +1,187 @@
+"""The report runner end to end: every analysis notebook under params/smoke.yaml, and failure handling.
+
+Kernel start-up costs seconds per notebook, so the notebooks run once (module-scoped fixture) and each
+test inspects that run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jupytext
+import pytest
+
+from heavytail import report
+from heavytail.report import Artifacts, ReportParams, artifacts, repo_root, run_report
+
+ROOT = repo_root(Path(__file__).parent)
+SMOKE = ROOT / "params" / "smoke.yaml"
+
+# What each notebook must leave behind (figures come as PNG + SVG).
+EXPECTED = {
+    "01_integrability": ["fig6_kernels.png", "fig6_kernels.svg", "normalizers_vs_N.png", "normalizers_vs_N.svg",
+                         "symlog_tail.png", "symlog_tail.svg", "normalizer_drift.csv", "symlog_tail.json"],
+    "02_splice_testbed": ["fig7_splice.png", "fig7_splice.svg", "fig1_tail_sensitivity.png", "fig1_tail_sensitivity.svg",
+                          "sweep_raw.csv", "figure1_noise_units.csv", "findings.json"],
+    "03_identifiability": ["fig4_densities.png", "fig4_densities.svg", "recovery_vs_N.png", "recovery_vs_N.svg",
+                           "prop6_energy.png", "prop6_energy.svg", "recovery_errors.csv", "prop6_energy.csv",
+                           "center_mean_vs_median.csv"],
+}
+
+HEADER = """# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+"""
+
+
+def _tiny_notebook(name: str, body: str) -> str:
+    return HEADER + f"""
+# %% tags=["parameters"]
+x = 1
+report = "scratch"
+output_root = None
+
+# %%
+from heavytail.report import artifacts
+art = artifacts("{name}", report=report, output_root=output_root)
+art.save_table("x.json", {{"x": x}})
+
+# %%
+{body}
+"""
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke-report")
+    params = ReportParams.from_yaml(SMOKE)
+    results = run_report(params, output_dir=out, progress=False)
+    return out, params, {r.name: r for r in results}
+
+
+def test_every_notebook_in_the_smoke_params_runs_and_writes_its_artifacts(smoke_run):
+    out, params, results = smoke_run
+    assert set(EXPECTED) <= set(params.notebooks), "smoke.yaml must cover notebooks 01-03"
+    for name in params.notebooks:
+        r = results[name]
+        assert r.status == "ok", f"{name} failed at cell {r.failed_cell}: {r.error}"
+        assert (out / f"{name}.ipynb").is_file() and (out / f"{name}.html").is_file()
+        for f in EXPECTED.get(name, []):
+            path = out / name / f
+            assert path.is_file() and path.stat().st_size > 0, f"{name} did not write {f}"
+    index = (out / "index.html").read_text()
+    for name in params.notebooks:
+        assert f'href="{name}.html"' in index
+    data = json.loads((out / "index.json").read_text())
+    assert data["finished"] is True
+
+
+def test_notebook_findings_are_computed_not_pasted(smoke_run):
+    # The last cell of every notebook renders its findings; they must mention values from this run.
+    out, _, _ = smoke_run
+    findings = json.loads((out / "02_splice_testbed" / "findings.json").read_text())
+    assert set(findings["energy_argmin_at_largest_budget"]) == {"0.5", "0.9"}  # the smoke seams, not the paper's
+    html = (out / "02_splice_testbed.html").read_text()
+    assert "At the largest budget N = 256" in html  # the smoke budget, printed from the run
+
+
+def test_failing_notebook_is_marked_and_the_others_still_run(tmp_path):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    (nbs / "01_first.py").write_text(_tiny_notebook("01_first", "print('fine')"))
+    (nbs / "02_broken.py").write_text(_tiny_notebook("02_broken", "raise RuntimeError('deliberate failure')"))
+    (nbs / "03_after.py").write_text(_tiny_notebook("03_after", "print(x)"))
+    (nbs / "04_unlisted.py").write_text(_tiny_notebook("04_unlisted", "print(x)"))
+    params = tmp_path / "p.yaml"
+    params.write_text("report: t\nnotebooks:\n  01_first: {x: 5}\n  02_broken: {}\n  03_after: {x: 7}\n")
+    out = tmp_path / "out"
+    code = report.main([str(params), "--notebooks-dir", str(nbs), "--output-dir", str(out), "--no-progress"])
+    assert code == 1
+    data = {n["name"]: n for n in json.loads((out / "index.json").read_text())["notebooks"]}
+    assert data["01_first"]["status"] == "ok" and data["03_after"]["status"] == "ok"
+    assert data["04_unlisted"]["status"] == "skipped"
+    broken = data["02_broken"]
+    assert broken["status"] == "failed"
+    assert "deliberate failure" in broken["error"] and broken["failed_cell"] is not None
+    # Partial output is kept: the cell before the failure ran and wrote its artifact.
+    assert json.loads((out / "02_broken" / "x.json").read_text()) == {"x": 1}
+    assert (out / "02_broken.html").is_file()
+    assert json.loads((out / "03_after" / "x.json").read_text()) == {"x": 7}  # parameters were injected
+    index = (out / "index.html").read_text()
+    assert "failed" in index and "deliberate failure" in index and f"code cell {broken['failed_cell']}" in index
+
+
+def test_params_errors_name_the_problem(tmp_path):
+    with pytest.raises(ValueError, match="unknown top-level keys"):
+        ReportParams.from_dict({"report": "x", "notebook": {}})
+    with pytest.raises(ValueError, match="'report'"):
+        ReportParams.from_dict({"report": "a/b", "notebooks": {}})
+    with pytest.raises(ValueError, match="named like"):
+        ReportParams.from_dict({"report": "x", "notebooks": {"integrability": {}}})
+    with pytest.raises(ValueError, match="injects itself"):
+        ReportParams.from_dict({"report": "x", "notebooks": {"01_a": {"output_root": "/"}}})
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    with pytest.raises(ValueError, match="have no notebook"):
+        run_report(ReportParams.from_dict({"report": "x", "notebooks": {"07_missing": {}}}), notebooks_dir=nbs,
+                   output_dir=tmp_path / "o")
+    with pytest.raises(FileNotFoundError):
+        ReportParams.from_yaml(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("name", ["cpu.yaml", "smoke.yaml", "paper.yaml"])
+def test_params_files_parse_and_match_notebook_parameters(name):
+    params = ReportParams.from_yaml(ROOT / "params" / name)
+    for nb_name, section in params.notebooks.items():
+        nb = jupytext.read(ROOT / "notebooks" / f"{nb_name}.py")
+        cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        defined = {line.split("=")[0].strip() for line in cells[0].source.splitlines() if "=" in line and not line.startswith("#")}
+        unknown = set(section) - defined
+        assert not unknown, f"{name}: {nb_name} has no parameters {sorted(unknown)} (defined: {sorted(defined)})"
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_notebook_sources_have_kernelspec_and_one_parameters_cell(name):
+    nb = jupytext.read(ROOT / "notebooks" / f"{name}.py")
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    assert "report =" in tagged[0].source and "output_root =" in tagged[0].source
+    assert nb.cells[0].cell_type == "markdown" and "App." in nb.cells[0].source  # says what part of the paper
+
+
+def test_artifacts_write_figures_and_tables(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    art = artifacts("05_demo", output_root=tmp_path)
+    assert isinstance(art, Artifacts) and art.dir == tmp_path / "05_demo"
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    paths = art.save_figure(fig, "line")
+    plt.close(fig)
+    assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 0 for p in paths)
+    import numpy as np
+
+    art.save_table("t.csv", {"a": np.arange(3), "b": [0.5, 1.5, 2.5]})
+    assert (art.dir / "t.csv").read_text().splitlines() == ["a,b", "0,0.5", "1,1.5", "2,2.5"]
+    art.save_table("t.json", {"v": np.float64(2.0), "arr": np.ones(2)})
+    assert json.loads((art.dir / "t.json").read_text()) == {"v": 2.0, "arr": [1.0, 1.0]}
+    with pytest.raises(ValueError, match="different lengths"):
+        art.save_table("bad.csv", {"a": [1, 2], "b": [1]})
+    with pytest.raises(ValueError, match="end in .csv or .json"):
+        art.save_table("t.txt", {})
+    with pytest.raises(ValueError, match="plain file name"):
+        art.save_figure(fig, "../escape")
+    with pytest.raises(ValueError, match="NN_name"):
+        artifacts("demo", output_root=tmp_path)
+    assert not list(art.dir.glob(".*")), "no temporary files left behind"
