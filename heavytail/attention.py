@@ -1,0 +1,345 @@
+"""Kernel attention, eq. 7, with the scaled scores of eq. 1, on several backends.
+
+    S = q k^T / sqrt(d_K)                                  (eq. 1)
+    attention_g = A_g(S) z,   A_g(S)_ij = g(S_ij) / sum_l g(S_il)   (eq. 7)
+
+Every backend evaluates eq. 7 as ``softmax(log g(S))`` (valid because ``g > 0``, Table 1), i.e.
+with the row maximum of ``log g`` subtracted. The literal ``g / sum g`` is ``0 / 0 = NaN`` in
+float32 for a row whose scores all lie below about -104 (``e^s`` underflows); in log space such
+a row is an ordinary softmax.
+
+Backends (``BACKENDS``), all for non-causal ``(B, H, N, d)`` queries and ``(B, H, L, d)`` keys/values:
+
+- ``"dense"``: materializes the ``(B, H, N, L)`` scores; the reference the tests use (run it in
+  float64 for ground truth). Memory quadratic in N.
+- ``"tiled"``: the paper's method (App. E.4): query tiles capped at ``tile_elements`` score
+  elements, each recomputed in backward by activation checkpointing. Memory linear in N.
+- ``"flash"``: a flash-style ``torch.autograd.Function`` written here because no CPU library
+  kernel takes a custom score map with a backward (``flex_attention`` has no CPU backward in
+  torch 2.13). Query tiles x key blocks, online row max and log-sum-exp in forward; only the
+  output and the row log-sum-exp are stored; backward recomputes the scores block by block
+  and uses the hand-written derivative ``Kernel.dlog_g``. Memory linear in N.
+- ``"flex"``: ``torch.nn.attention.flex_attention`` (compiled) with ``score_mod = log g`` (the
+  score it receives is already scaled by 1/sqrt(d)) and an all-True block mask of 128-blocks
+  (without one, CPU flex treats the sequence as one block: +1 GiB per thread at N = 16384). On
+  CUDA it trains; on CPU it runs forward only, so requesting gradients there raises.
+- ``"sdpa"``: ``scaled_dot_product_attention``, softmax only (FlashAttention on CUDA).
+- ``"auto"``: see ``select_backend``.
+
+Heavy-tailed inputs and softmax gradients: with Pareto(1.1) tokens the scores reach ~1e6-1e7,
+where adjacent float32 numbers are ~0.06-0.5 apart. Softmax weights ``e^{S - lse}`` then change by
+factors ``e^{0.5}`` with one rounding of S, so any float32 backward that recomputes S with a
+different summation order than the forward (SDPA's CPU kernel, flex) and subtracts the stored
+log-sum-exp can return softmax gradients wrong by many times their size. The ELU kernels' ``log g``
+grows like ``log s`` or slower, which compresses that range, and their gradients stay accurate on
+every backend. ``tests/test_attention.py::test_heavy_tail_gradients`` measures the error of every
+backend against float64 and records where softmax's gradients cannot be trusted.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import types
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from heavytail.kernels import Kernel, get_kernel
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_TILE_ELEMENTS",
+    "kernel_attention",
+    "select_backend",
+    "attention_weights",
+    "scaled_scores",
+]
+
+BACKENDS: tuple[str, ...] = ("auto", "dense", "tiled", "flash", "flex", "sdpa")
+
+# Score elements per tile (summed over batch and heads): 2^22 float32 = 16 MiB, which keeps a
+# tile in a CPU's cache hierarchy. The paper's H200 runs used 2^31 (8 GiB per tile, App. E.4).
+DEFAULT_TILE_ELEMENTS = 2**22
+FLEX_BLOCK_SIZE = 128
+
+
+def scaled_scores(q: Tensor, k: Tensor) -> Tensor:
+    """S = q k^T / sqrt(d_K) (eq. 1): ``(..., N, d), (..., L, d) -> (..., N, L)``."""
+    return (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+
+
+def attention_weights(q: Tensor, k: Tensor, kernel: str | Kernel) -> Tensor:
+    """A_g(S) of eq. 7 in log space: ``(..., N, d), (..., L, d) -> (..., N, L)``; rows sum to 1."""
+    kernel = get_kernel(kernel)
+    return torch.softmax(kernel.log_g(scaled_scores(q, k)), dim=-1)
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    # Half precisions accumulate row sums and log g badly; the hand-written paths run in float32
+    # (as the paper's custom kernels did, App. E.4) and cast the output back.
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _dense(q: Tensor, k: Tensor, v: Tensor, kernel: Kernel) -> Tensor:
+    return attention_weights(q, k, kernel) @ v
+
+
+def _rows_per_tile(q: Tensor, k: Tensor, tile_elements: int) -> int:
+    batch = math.prod(q.shape[:-2])
+    return max(1, tile_elements // max(1, batch * k.shape[-2]))
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_dense():
+    return torch.compile(_dense, dynamic=False)
+
+
+def _tiled(q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_elements: int, compiled: bool) -> Tensor:
+    rows = _rows_per_tile(q, k, tile_elements)
+    tile_fn = _compiled_dense() if compiled else _dense
+    recompute = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    outs = []
+    for start in range(0, q.shape[-2], rows):
+        qt = q[..., start : start + rows, :]
+        if recompute:
+            outs.append(checkpoint(tile_fn, qt, k, v, kernel, use_reentrant=False))
+        else:
+            outs.append(tile_fn(qt, k, v, kernel))
+    return torch.cat(outs, dim=-2)
+
+
+def _flash_blocks(q: Tensor, k: Tensor, tile_elements: int) -> tuple[int, int]:
+    """Query-tile and key-block lengths with ``batch * bq * bk <= tile_elements``.
+
+    Whole key rows are preferred (one pass, no online rescaling); keys are split only when that
+    would leave fewer than 64 query rows per tile.
+    """
+    batch = math.prod(q.shape[:-2])
+    n, l = q.shape[-2], k.shape[-2]
+    per_batch = max(1, tile_elements // max(1, batch))
+    if per_batch // l >= min(64, n):
+        return min(n, per_batch // l), l
+    bq = min(n, 64)
+    return bq, max(1, min(l, per_batch // bq))
+
+
+def _fresh_code(fn):
+    """A copy of ``fn`` with its own code object.
+
+    Dynamo keeps its compile cache and recompile limit per code object; giving each kernel its
+    own copy stops four kernels x dtypes from exhausting one shared limit (and silently falling
+    back to eager).
+    """
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+@functools.lru_cache(maxsize=None)
+def _block_fns(kernel: Kernel, scale: float, compiled: bool):
+    """Elementwise chains of the flash backend for one kernel, fused by ``torch.compile``.
+
+    Measured on this 2-core CPU (N = 4096, d = 64, log-ELU, fwd+bwd): eager 0.72 s, compiled
+    blocks 0.21 s, SDPA softmax 0.18 s; eager spends its time in ~20 separate passes over each
+    score tile (the where/log1p chain of log g and its derivative), which inductor fuses into one.
+    """
+
+    def fwd(s):
+        # (..., n, l) raw q k^T -> unnormalized weights p = e^{log g(S) - m}, row max m, row sum.
+        z = kernel.log_g(s * scale)
+        m = z.amax(dim=-1, keepdim=True)
+        p = torch.exp(z - m)
+        return p, m, p.sum(dim=-1, keepdim=True)
+
+    def bwd(s, lse, dp, delta):
+        # p = A_g(S) recomputed from the stored log-sum-exp; dS = p (dP - D) (log g)'(S) / sqrt(d).
+        s = s * scale
+        p = torch.exp(kernel.log_g(s) - lse)
+        return p, p * (dp - delta) * kernel.dlog_g(s) * scale
+
+    if not compiled:
+        return fwd, bwd
+    return (
+        torch.compile(_fresh_code(fwd), dynamic=True),
+        torch.compile(_fresh_code(bwd), dynamic=True),
+    )
+
+
+class _FlashKernelAttention(torch.autograd.Function):
+    """Flash-style eq. 7 with stored log-sum-exp (see module docstring, backend ``"flash"``)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, kernel: Kernel, bq: int, bk: int, compiled: bool):  # noqa: D401
+        fwd, _ = _block_fns(kernel, q.shape[-1] ** -0.5, compiled)
+        n, l = q.shape[-2], k.shape[-2]
+        out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+        lse = torch.empty(q.shape[:-1] + (1,), dtype=q.dtype, device=q.device)
+        for i in range(0, n, bq):
+            qi = q[..., i : i + bq, :]
+            m = acc = den = None
+            for j in range(0, l, bk):
+                p, m_blk, sum_blk = fwd(qi @ k[..., j : j + bk, :].transpose(-1, -2))
+                pv = p @ v[..., j : j + bk, :]
+                if m is None:
+                    m, acc, den = m_blk, pv, sum_blk
+                    continue
+                # Online log-sum-exp: rescale both partial sums to the new running row max.
+                m_new = torch.maximum(m, m_blk)
+                c_old, c_blk = torch.exp(m - m_new), torch.exp(m_blk - m_new)
+                acc = acc * c_old + pv * c_blk
+                den = den * c_old + sum_blk * c_blk
+                m = m_new
+            out[..., i : i + bq, :] = acc / den
+            lse[..., i : i + bq, :] = m + torch.log(den)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.kernel, ctx.bq, ctx.bk, ctx.compiled = kernel, bq, bk, compiled
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        _, bwd = _block_fns(ctx.kernel, q.shape[-1] ** -0.5, ctx.compiled)
+        bq, bk = ctx.bq, ctx.bk
+        n, l = q.shape[-2], k.shape[-2]
+        dout = dout.contiguous()
+        dq = torch.zeros_like(q)
+        dk = torch.zeros_like(k)
+        dv = torch.zeros_like(v)
+        for i in range(0, n, bq):
+            qi = q[..., i : i + bq, :]
+            doi = dout[..., i : i + bq, :]
+            # D_i = sum_j P_ij dP_ij = <dO_i, O_i>: the softmax-Jacobian row term.
+            delta = (doi * out[..., i : i + bq, :]).sum(dim=-1, keepdim=True)
+            lse_i = lse[..., i : i + bq, :]
+            for j in range(0, l, bk):
+                kj, vj = k[..., j : j + bk, :], v[..., j : j + bk, :]
+                p, ds = bwd(qi @ kj.transpose(-1, -2), lse_i, doi @ vj.transpose(-1, -2), delta)
+                dv[..., j : j + bk, :] += p.transpose(-1, -2) @ doi
+                dq[..., i : i + bq, :] += ds @ kj
+                dk[..., j : j + bk, :] += ds.transpose(-1, -2) @ qi
+        return dq, dk, dv, None, None, None, None
+
+
+def _flash(q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_elements: int, compiled: bool) -> Tensor:
+    bq, bk = _flash_blocks(q, k, tile_elements)
+    return _FlashKernelAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), kernel, bq, bk, compiled)
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@functools.lru_cache(maxsize=None)
+def _score_mod(kernel: Kernel):
+    log_g = kernel.log_g
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        # log g is built from torch.where (never Tensor.clamp: compiled CPU flex in bf16 returns
+        # wrong outputs with clamp in the score modifier, measured on torch 2.13).
+        return log_g(score)
+
+    return score_mod
+
+
+def _all_true(b, h, q_idx, kv_idx):
+    return q_idx >= 0
+
+
+@functools.lru_cache(maxsize=32)
+def _full_block_mask(n: int, l: int, device: str):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return create_block_mask(_all_true, None, None, n, l, device=device, BLOCK_SIZE=FLEX_BLOCK_SIZE)
+
+
+def _flex(q: Tensor, k: Tensor, v: Tensor, kernel: Kernel) -> Tensor:
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if q.device.type != "cuda" and needs_grad:
+        raise RuntimeError(
+            "backend='flex' has no backward on CPU (torch.nn.attention.flex_attention, torch "
+            f"{torch.__version__}); use backend='flash' or 'auto' for CPU training, or run flex "
+            "under torch.no_grad()"
+        )
+    if q.ndim != 4:
+        raise ValueError(f"backend='flex' needs (B, H, N, d) inputs, got q of shape {tuple(q.shape)}")
+    mask = _full_block_mask(q.shape[-2], k.shape[-2], str(q.device))
+    return _compiled_flex()(q, k, v, score_mod=_score_mod(kernel), block_mask=mask)
+
+
+def select_backend(kernel: str | Kernel, device: torch.device | str, dtype: torch.dtype, requires_grad: bool) -> str:
+    """The backend ``"auto"`` resolves to (fastest correct one measured for each case).
+
+    - softmax: ``"sdpa"`` everywhere (a fused library kernel; FlashAttention on CUDA).
+    - other kernels on CUDA in float32/bf16/fp16: ``"flex"`` (fused forward and backward).
+    - other kernels on CPU, or float64 anywhere: ``"flash"``. On CPU flex has no backward, and for
+      forward-only use its one-off compile (tens of seconds) outweighs its speed-up unless many
+      calls follow; pass ``backend="flex"`` explicitly for long CPU inference.
+      ``benchmarks/bench_attention_cpu.py`` holds the measurements behind this choice.
+    """
+    kernel = get_kernel(kernel)
+    device = torch.device(device)
+    if kernel.name == "softmax":
+        return "sdpa"
+    if device.type == "cuda" and dtype in (torch.float32, torch.bfloat16, torch.float16):
+        return "flex"
+    return "flash"
+
+
+def kernel_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    kernel: str | Kernel,
+    backend: str = "auto",
+    tile_elements: int = DEFAULT_TILE_ELEMENTS,
+    compiled: bool | None = None,
+) -> Tensor:
+    """Non-causal kernel attention, eq. 7 with the scaling of eq. 1, ``softmax(log g(S)) v``.
+
+    Args:
+        q: queries ``(B, H, N, d)`` (any leading dims for dense/tiled/flash/sdpa).
+        k: keys ``(B, H, L, d)``.
+        v: values ``(B, H, L, d_v)``.
+        kernel: a name from ``heavytail.kernels.KERNEL_NAMES`` or a ``Kernel``.
+        backend: one of ``BACKENDS``.
+        tile_elements: score elements per tile for ``"tiled"`` and ``"flash"``.
+        compiled: use ``torch.compile`` inside ``"flash"`` (its fused elementwise blocks) or
+            ``"tiled"`` (each tile, as the paper did on GPU). ``None``: flash compiled, tiled eager.
+            The first call per kernel, dtype and head dim pays the compile (seconds on CPU).
+
+    Returns:
+        ``(B, H, N, d_v)`` in the dtype of ``q``.
+    """
+    kernel = get_kernel(kernel)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; valid backends are {', '.join(BACKENDS)}")
+    if not (q.shape[-1] == k.shape[-1] and k.shape[-2] == v.shape[-2] and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise ValueError(
+            f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; need "
+            "q (..., N, d), k (..., L, d), v (..., L, d_v) with equal leading dims"
+        )
+    if tile_elements < 1:
+        raise ValueError(f"tile_elements={tile_elements}; must be a positive integer")
+    if backend == "auto":
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        backend = select_backend(kernel, q.device, q.dtype, needs_grad)
+    if backend == "sdpa":
+        if kernel.name != "softmax":
+            raise ValueError(f"backend='sdpa' computes softmax only, got kernel {kernel.name!r}; use 'flash' or 'flex'")
+        return F.scaled_dot_product_attention(q, k, v)
+    if backend == "flex":
+        return _flex(q, k, v, kernel)
+    dtype = q.dtype
+    ct = _compute_dtype(dtype)
+    q, k, v = q.to(ct), k.to(ct), v.to(ct)
+    if backend == "dense":
+        out = _dense(q, k, v, kernel)
+    elif backend == "tiled":
+        out = _tiled(q, k, v, kernel, tile_elements, bool(compiled))
+    else:
+        out = _flash(q, k, v, kernel, tile_elements, compiled is not False)
+    return out.to(dtype)
