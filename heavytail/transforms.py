@@ -63,7 +63,7 @@ def symexp(y: Tensor, on_overflow: str = "clamp") -> Tensor:
     if n_over:
         msg = (
             f"symexp: {n_over} of {y.numel()} entries have |y| > {limit:.4g}, where sigma^-1 overflows "
-            f"{y.dtype}; largest |y| = {float(y.abs()[over].max()):.4g}"
+            f"{y.dtype}; largest |y| = {float(y.detach().abs()[over].max()):.4g}"
         )
         if on_overflow == "raise":
             raise ValueError(msg)

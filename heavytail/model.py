@@ -1,0 +1,180 @@
+"""The measure transformer of Section 3.3 and App. E.1 (eq. 30, Table 3).
+
+    X --sigma--> R^{N x 2} --W_in--> R^{N x D} --n_blocks blocks--> R^{N x D} --W_out--> R^{N x 2} --sigma^-1--> Y
+
+``sigma`` is symlog (eq. 8) when ``symlog=True``, else the identity. Each block is an attention
+sublayer (eq. 7 with kernel ``g``, ``heavytail.attention``) and a feed-forward sublayer
+(``D -> d_ff -> D``, GELU), both residual:
+
+- ``norm="post"`` (Section 3.3.2, the main experiments): ``x -> LN(alpha_RS x + f(x))``, alpha_RS = 4.899;
+- ``norm="pre"`` (App. G): ``x -> x + f(LN(x))``.
+
+No positional encoding, no dropout, no causal mask: the model is permutation equivariant in the
+N points, as a map between empirical measures should be.
+
+Parameter count: with Table 3's settings (D = 256, 6 blocks, d_ff = 512, 1 head, biases on the
+Q, K, V, O projections, two LayerNorms per block) the count is exactly 3,163,906, the value in
+Table 3, and eq. 30 has no LayerNorm after the last block. A pre-norm model by eq. 30 therefore
+feeds the un-normalized residual stream to W_out; ``final_norm=True`` (pre-norm only) adds the
+customary final LayerNorm, +2 D parameters (3,164,418 at the defaults). It is off by default to
+follow eq. 30 and Table 3 literally.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from heavytail.attention import BACKENDS, DEFAULT_TILE_ELEMENTS, attention_weights, kernel_attention
+from heavytail.kernels import KERNEL_NAMES, get_kernel
+from heavytail.transforms import symexp, symlog
+
+__all__ = ["ModelConfig", "MeasureTransformer", "count_parameters", "NORMS", "TABLE3_PARAMETERS"]
+
+NORMS: tuple[str, ...] = ("post", "pre")
+TABLE3_PARAMETERS = 3_163_906
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Model settings; the defaults are Table 3 (post-norm, softmax, no symlog)."""
+
+    d_in: int = 2
+    d_model: int = 256
+    n_blocks: int = 6
+    d_ff: int = 512
+    n_heads: int = 1
+    kernel: str = "softmax"
+    norm: str = "post"
+    alpha_rs: float = 4.899
+    symlog: bool = False
+    backend: str = "auto"
+    final_norm: bool = False
+    tile_elements: int = DEFAULT_TILE_ELEMENTS
+    stats_rows: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("d_in", "d_model", "n_blocks", "d_ff", "n_heads", "tile_elements", "stats_rows"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ModelConfig.{name}={value!r}; must be a positive integer")
+        if self.kernel not in KERNEL_NAMES:
+            raise ValueError(f"ModelConfig.kernel={self.kernel!r}; allowed: {', '.join(KERNEL_NAMES)}")
+        if self.norm not in NORMS:
+            raise ValueError(f"ModelConfig.norm={self.norm!r}; allowed: {', '.join(NORMS)}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"ModelConfig.backend={self.backend!r}; allowed: {', '.join(BACKENDS)}")
+        if self.backend == "sdpa" and self.kernel != "softmax":
+            raise ValueError(
+                f"ModelConfig.backend='sdpa' computes softmax only, got kernel={self.kernel!r}; "
+                f"use one of {', '.join(b for b in BACKENDS if b != 'sdpa')}"
+            )
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"ModelConfig.n_heads={self.n_heads} must divide d_model={self.d_model}"
+            )
+        if not (isinstance(self.alpha_rs, (int, float)) and math.isfinite(self.alpha_rs) and self.alpha_rs > 0):
+            raise ValueError(f"ModelConfig.alpha_rs={self.alpha_rs!r}; must be a finite positive number")
+        if self.final_norm and self.norm != "pre":
+            raise ValueError(
+                "ModelConfig.final_norm=True is for norm='pre' only; post-norm blocks already end in a LayerNorm"
+            )
+
+
+class KernelSelfAttention(nn.Module):
+    """Multi-head self-attention with kernel ``g`` (eq. 7), biases on Q, K, V and O. ``(B, N, D) -> (B, N, D)``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.q = nn.Linear(cfg.d_model, cfg.d_model)
+        self.k = nn.Linear(cfg.d_model, cfg.d_model)
+        self.v = nn.Linear(cfg.d_model, cfg.d_model)
+        self.o = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.cfg.n_heads, -1).transpose(1, 2)  # (B, H, N, D/H)
+
+    def forward(self, x: Tensor, stats: dict | None = None) -> Tensor:
+        q, k, v = self._heads(self.q(x)), self._heads(self.k(x)), self._heads(self.v(x))
+        out = kernel_attention(q, k, v, self.cfg.kernel, backend=self.cfg.backend, tile_elements=self.cfg.tile_elements)
+        if stats is not None:
+            with torch.no_grad():
+                # Points are exchangeable (no positional encoding), so the first rows are as
+                # good a sample of query rows as any. (B, H, r, L); cheap: r x L, not N x L.
+                w = attention_weights(q[..., : self.cfg.stats_rows, :].float(), k.float(), self.cfg.kernel)
+                entropy = -(w * torch.log(w.clamp_min(torch.finfo(w.dtype).tiny))).sum(-1)
+                stats["attn_max_weight"] = w.amax(-1).mean()
+                stats["attn_entropy_ratio"] = (entropy / math.log(k.shape[-2])).mean() if k.shape[-2] > 1 else entropy.mean()
+        b, h, n, dh = out.shape
+        return self.o(out.transpose(1, 2).reshape(b, n, h * dh))
+
+
+class Block(nn.Module):
+    """Attention + feed-forward sublayers with post- or pre-norm residuals (Section 3.3.2, App. E.1)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.attn = KernelSelfAttention(cfg)
+        self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
+        self.ln_attn = nn.LayerNorm(cfg.d_model)
+        self.ln_ff = nn.LayerNorm(cfg.d_model)
+
+    def forward(self, x: Tensor, stats: dict | None = None) -> Tensor:
+        if self.cfg.norm == "post":
+            a = self.cfg.alpha_rs
+            x = self.ln_attn(a * x + self.attn(x, stats))
+            x = self.ln_ff(a * x + self.ff(x))
+        else:
+            x = x + self.attn(self.ln_attn(x), stats)
+            x = x + self.ff(self.ln_ff(x))
+        if stats is not None:
+            stats["resid_norm"] = x.detach().float().norm(dim=-1).mean()
+        return x
+
+
+class MeasureTransformer(nn.Module):
+    """The predictor sigma^-1 o f_theta o sigma of Section 3.4.1 / eq. 30. ``(B, N, d_in) -> (B, N, d_in)``.
+
+    ``forward(x, return_attention_stats=True)`` also returns one dict per block of detached 0-d
+    tensors for collapse diagnostics: ``attn_max_weight`` (mean over sampled query rows of the
+    largest attention weight; 1 = a row attends to a single point), ``attn_entropy_ratio`` (row
+    entropy / log L; 0 = collapsed, 1 = uniform) from the first ``cfg.stats_rows`` query rows, and
+    ``resid_norm`` (mean L2 norm of the residual stream after the block). Off by default: it
+    costs one ``stats_rows x N`` weight matrix per block.
+
+    With ``symlog=True`` the output passes through ``symexp`` in at least float32, which clamps
+    and warns (``SymexpOverflowWarning``) rather than overflow to inf beyond |y| ~ 88.7.
+    """
+
+    def __init__(self, cfg: ModelConfig | None = None):
+        super().__init__()
+        self.cfg = cfg = cfg if cfg is not None else ModelConfig()
+        self.w_in = nn.Linear(cfg.d_in, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_blocks))
+        self.final_ln = nn.LayerNorm(cfg.d_model) if cfg.final_norm else None
+        self.w_out = nn.Linear(cfg.d_model, cfg.d_in)
+
+    def forward(self, x: Tensor, return_attention_stats: bool = False):
+        if x.ndim != 3 or x.shape[-1] != self.cfg.d_in:
+            raise ValueError(f"expected input of shape (B, N, {self.cfg.d_in}), got {tuple(x.shape)}")
+        stats = [dict() for _ in self.blocks] if return_attention_stats else [None] * len(self.blocks)
+        h = self.w_in(symlog(x) if self.cfg.symlog else x)
+        for block, st in zip(self.blocks, stats):
+            h = block(h, st)
+        if self.final_ln is not None:
+            h = self.final_ln(h)
+        y = self.w_out(h)
+        if self.cfg.symlog:
+            y = symexp(y.to(torch.promote_types(y.dtype, torch.float32)))
+        return (y, stats) if return_attention_stats else y
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of scalar parameters (Table 3 reports 3,163,906 for the defaults)."""
+    return sum(p.numel() for p in model.parameters())
