@@ -224,6 +224,16 @@ class NotebookResult:
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
+def _require_notebook_tools() -> None:
+    """Fail before any notebook runs when the notebook extra is missing, saying how to install it."""
+    import importlib.util
+
+    missing = [m for m in ("jupytext", "papermill", "nbconvert", "ipykernel") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ModuleNotFoundError(f"the report needs {', '.join(missing)} in {sys.executable}; install the notebook "
+                                  "extra: pip install -e '.[notebooks]' (or run `make report`, which does)")
+
+
 def discover_notebooks(notebooks_dir: Path) -> list[Path]:
     """The ``NN_name.py`` notebook sources of ``notebooks_dir``, in file-name order."""
     if not notebooks_dir.is_dir():
@@ -370,6 +380,7 @@ def write_index(out_dir: Path, report: str, results: Sequence[NotebookResult], p
 def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_dir: Path | None = None,
                only: Sequence[str] | None = None, cwd: Path | None = None, progress: bool = True) -> list[NotebookResult]:
     """Run every notebook of ``notebooks_dir`` that has a section in ``params`` (or those in ``only``)."""
+    _require_notebook_tools()
     root = repo_root()
     notebooks_dir = Path(notebooks_dir) if notebooks_dir is not None else root / "notebooks"
     out_dir = Path(output_dir) if output_dir is not None else root / "outputs" / params.report
@@ -427,9 +438,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry: ``python -m heavytail report params/cpu.yaml``. Returns 0 when every run notebook is ok."""
     args = build_parser().parse_args(argv)
-    params = ReportParams.from_yaml(args.params)
-    results = run_report(params, notebooks_dir=args.notebooks_dir, output_dir=args.output_dir, only=args.only,
-                         progress=not args.no_progress)
+    try:
+        params = ReportParams.from_yaml(args.params)
+        results = run_report(params, notebooks_dir=args.notebooks_dir, output_dir=args.output_dir, only=args.only,
+                             progress=not args.no_progress)
+    except (ValueError, FileNotFoundError, ModuleNotFoundError) as exc:  # bad params or set-up: no traceback needed
+        print(f"[report] error: {exc}", file=sys.stderr)
+        return 2
     out_dir = Path(args.output_dir) if args.output_dir else repo_root() / "outputs" / params.report
     failed = [r for r in results if r.status == "failed"]
     counts = {s: sum(r.status == s for r in results) for s in ("ok", "failed", "skipped")}
