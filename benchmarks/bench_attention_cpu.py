@@ -81,7 +81,10 @@ def _spawn(n, d, kernel, backend, reps, threads, timeout):
     cmd = [sys.executable, __file__, "--point", str(n), str(d), kernel, backend, "--reps", str(reps)]
     if threads:
         cmd += ["--threads", str(threads)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # A fixed mmap threshold makes glibc return every large block to the OS on free, so the
+    # peak-RSS mark tracks live tensors rather than the allocator's retained heap.
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               MALLOC_MMAP_THRESHOLD_="131072")
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
