@@ -1,0 +1,244 @@
+"""Evaluation (App. H.2, App. J): 128 trials against an i.i.d. sampling floor, with Hill diagnostics.
+
+For a trained model, trial i draws its own omega_i, an input ensemble X_i and a target ensemble Y1_i,
+and scores d_i = E^2(model(X_i), Y1_i). An independent pool of trials j draws two target ensembles and
+scores the floor d_hat_j = E^2(Y2_j, Y3_j) (eq. 11). Reported: the median and mean ratios S(d)/S(d_hat)
+(eq. 36) with the two-pool bootstrap interval (eq. 37) and the bold rule. Evaluation is in float32
+without autocast, whatever the training precision (Table 3).
+
+The floor pool depends only on the operator, the marginal family, N, the number of trials and the
+seed, so it is computed once and cached on disk for every model of that family (App. H.2: "the same
+sampling reference for all models").
+
+For mirrored Pareto marginals the Hill diagnostic of App. J.1 maps each ensemble back to latent
+coordinates with T_i^-1 and compares per-axis Hill estimates (eq. 38-41). The paper's future work,
+Hill errors against the known tail indices over a range of thresholds, is reported as a curve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .collapse import collapsed, run_label, spread_ratio
+from .config import RunConfig
+from .io import load_json, save_json
+from .train import build_benchmark, is_complete, load_model
+
+# Thresholds (tail fractions phi) of the Hill-error curve; the paper's single choice phi = 0.1 is among them.
+HILL_CURVE_PHIS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
+# Evaluation draws use their own streams, never the training stream.
+_CANDIDATE_STREAM, _FLOOR_STREAM = 1_000_003, 2_000_003
+
+
+def _generator(seed: int, stream: int) -> torch.Generator:
+    return torch.Generator().manual_seed(stream * 1_000 + seed)
+
+
+def _latent(y: torch.Tensor, to_latent: torch.Tensor) -> torch.Tensor:
+    """(T, N, 2) ensembles -> latent coordinates Y (T_i^-1)^T (App. J.1)."""
+    return y.double() @ to_latent.transpose(-1, -2).to(y.device, torch.float64)
+
+
+def _hill(latent: torch.Tensor, k: int) -> torch.Tensor:
+    """Per-axis Hill estimates (T, 2) of (T, N, 2) latent samples, upper tail of each coordinate (eq. 38)."""
+    from .metrics import hill_estimate
+
+    return hill_estimate(latent.transpose(-1, -2), k)
+
+
+def _hill_curve(latent: torch.Tensor, n: int) -> torch.Tensor:
+    """(len(HILL_CURVE_PHIS), T, 2) Hill estimates over thresholds."""
+    return torch.stack([_hill(latent, max(2, int(phi * n))) for phi in HILL_CURVE_PHIS])
+
+
+# ------------------------------------------------------------------------------------- floor
+def floor_key(cfg: RunConfig) -> str:
+    fields = (cfg.benchmark, cfg.marginals, cfg.eval_n_points, cfg.eval_trials, cfg.seed, cfg.loss_p, cfg.hill_phi)
+    return hashlib.sha1(repr(fields).encode()).hexdigest()[:12]
+
+
+def sampling_floor_pool(cfg: RunConfig, cache_dir: str | Path | None = None, quiet: bool = True) -> dict[str, Any]:
+    """The i.i.d. floor pool: d_hat_j (eq. 11) and, for Pareto marginals, the target Hill estimates."""
+    from .metrics import energy_distance
+
+    path = Path(cache_dir) / f"floor-{cfg.benchmark}-{cfg.marginals}-{floor_key(cfg)}.json" if cache_dir else None
+    if path is not None and path.exists():
+        return load_json(path)
+    bench = build_benchmark(cfg)
+    gen = _generator(cfg.seed, _FLOOR_STREAM)
+    trials = bench.sample_trials(cfg.eval_trials, generator=gen)
+    d_hat, hill2, hill3, curve2, curve3 = [], [], [], [], []
+    for lo in tqdm(range(0, cfg.eval_trials, cfg.eval_batch_trials), disable=quiet, desc="floor pool"):
+        part = trials[lo : lo + cfg.eval_batch_trials]
+        y2 = bench.sample_targets(part, cfg.eval_n_points, generator=gen)
+        y3 = bench.sample_targets(part, cfg.eval_n_points, generator=gen)
+        d_hat.append(energy_distance(y2, y3, p=cfg.loss_p))
+        if cfg.marginals == "mirrored_pareto":
+            z2, z3 = _latent(y2, part.output_to_latent), _latent(y3, part.output_to_latent)
+            hill2.append(_hill(z2, cfg.hill_k))
+            hill3.append(_hill(z3, cfg.hill_k))
+            curve2.append(_hill_curve(z2, cfg.eval_n_points))
+            curve3.append(_hill_curve(z3, cfg.eval_n_points))
+    pool: dict[str, Any] = {"key": floor_key(cfg), "d_hat": torch.cat(d_hat).double().tolist()}
+    if hill2:
+        pool["hill_y2"] = torch.cat(hill2).tolist()
+        pool["hill_y3"] = torch.cat(hill3).tolist()
+        pool["tail_index"] = trials.marginal_params.tolist()
+        pool["curve_y2"] = torch.cat(curve2, dim=1).tolist()
+    if path is not None:
+        save_json(pool, path)
+    return pool
+
+
+# ---------------------------------------------------------------------------------- evaluate
+@torch.no_grad()
+def evaluate(
+    run_dir: str | Path,
+    *,
+    floor_cache: str | Path | None = None,
+    quiet: bool = False,
+    save: bool = True,
+    device: str | torch.device = "cpu",
+) -> dict[str, Any]:
+    """Evaluate the completed run in ``run_dir``; writes ``results.json`` there and returns it."""
+    from .metrics import energy_distance, ratio_interval
+
+    run_dir = Path(run_dir)
+    model, cfg = load_model(run_dir, device)
+    floor_cache = Path(floor_cache) if floor_cache is not None else run_dir.parent / "_floors"
+    pool = sampling_floor_pool(cfg, floor_cache, quiet=quiet)
+
+    bench = build_benchmark(cfg)
+    gen = _generator(cfg.seed, _CANDIDATE_STREAM)
+    trials = bench.sample_trials(cfg.eval_trials, generator=gen)
+    d, spread, hill_out, hill_y1, curve_out, curve_y1 = [], [], [], [], [], []
+    for lo in tqdm(range(0, cfg.eval_trials, cfg.eval_batch_trials), disable=quiet, desc="evaluate"):
+        part = trials[lo : lo + cfg.eval_batch_trials]
+        x = bench.sample_inputs(part, cfg.eval_n_points, generator=gen).to(device)
+        y1 = bench.sample_targets(part, cfg.eval_n_points, generator=gen).to(device)
+        out = model(x).float()  # float32, no autocast (Table 3: evaluation precision)
+        finite = torch.isfinite(out).all(dim=(-1, -2))
+        # A diverged trial scores +inf rather than stopping the evaluation of the others.
+        dist = torch.full((len(part),), float("inf"), dtype=torch.float64)
+        if finite.any():
+            dist[finite.cpu()] = energy_distance(out[finite], y1[finite], p=cfg.loss_p).double().cpu()
+        d.append(dist)
+        spread.append(spread_ratio(out, y1).cpu())
+        if cfg.marginals == "mirrored_pareto":
+            z_out, z_y1 = _latent(out, part.output_to_latent), _latent(y1, part.output_to_latent)
+            hill_out.append(_hill(z_out, cfg.hill_k).cpu())
+            hill_y1.append(_hill(z_y1, cfg.hill_k).cpu())
+            curve_out.append(_hill_curve(z_out, cfg.eval_n_points).cpu())
+            curve_y1.append(_hill_curve(z_y1, cfg.eval_n_points).cpu())
+
+    d_all = torch.cat(d).numpy()
+    d_hat = np.asarray(pool["d_hat"], dtype=np.float64)
+    spread_all = torch.cat(spread)
+    collapsed_fraction = float(collapsed(spread_all, cfg.collapse_spread).double().mean())
+    results: dict[str, Any] = {
+        "name": cfg.name,
+        "config": cfg.to_dict(),
+        "collapse": {
+            "label": run_label(collapsed_fraction),
+            "fraction": collapsed_fraction,
+            "threshold": cfg.collapse_spread,
+            "spread_ratio": spread_all.tolist(),
+        },
+        "energy": {"d": d_all.tolist(), "d_hat": d_hat.tolist()},
+    }
+    for stat in ("median", "mean"):
+        interval = ratio_interval(d_all, d_hat, statistic=stat, n_resamples=cfg.bootstrap_resamples, seed=cfg.seed)
+        summary = getattr(np, stat)
+        results["energy"][stat] = {
+            "ratio": interval.ratio,
+            "low": interval.low,
+            "high": interval.high,
+            "bold": interval.bold,
+            "candidate": float(summary(d_all)),
+            "floor": float(summary(d_hat)),
+        }
+
+    if cfg.marginals == "mirrored_pareto":
+        h_out, h_y1 = torch.cat(hill_out), torch.cat(hill_y1)
+        h_y2, h_y3 = torch.tensor(pool["hill_y2"]), torch.tensor(pool["hill_y3"])
+        e = (h_out - h_y1).abs()  # eq. 39
+        e_hat = (h_y2 - h_y3).abs()  # eq. 40
+        tail_index = trials.marginal_params.double()
+        c_out, c_y1 = torch.cat(curve_out, dim=1), torch.cat(curve_y1, dim=1)
+        results["hill"] = {
+            "k": cfg.hill_k,
+            "axes": {
+                str(axis): {
+                    "E": _discrepancy(e[:, axis], e_hat[:, axis]),  # eq. 41
+                    "n_nonfinite_e": int((~torch.isfinite(e[:, axis])).sum()),
+                    "e": e[:, axis].tolist(),
+                    "e_hat": e_hat[:, axis].tolist(),
+                    "hill_output": h_out[:, axis].tolist(),
+                    "hill_target": h_y1[:, axis].tolist(),
+                    "tail_index": tail_index[:, axis].tolist(),
+                }
+                for axis in (0, 1)
+            },
+            # Future work (Section 5): errors against the known indices over thresholds.
+            "curve": {
+                "phi": list(HILL_CURVE_PHIS),
+                "output_abs_error": _median_abs_error(c_out, tail_index),
+                "target_abs_error": _median_abs_error(c_y1, tail_index),
+            },
+        }
+    if save:
+        save_json(results, run_dir / "results.json")
+    return results
+
+
+def _discrepancy(e: torch.Tensor, e_hat: torch.Tensor) -> float:
+    """E(e, e_hat) of eq. 41; +inf when some candidate Hill error is not finite.
+
+    A fully degenerate output ensemble (every point equal) has an infinite Hill estimate, so its
+    Hill error distribution is infinitely far from the reference: report that rather than fail.
+    """
+    from .metrics import hill_error_discrepancy
+
+    if not bool(torch.isfinite(e).all()):
+        return float("inf")
+    return float(hill_error_discrepancy(e, e_hat))
+
+
+def _median_abs_error(curve: torch.Tensor, tail_index: torch.Tensor) -> dict[str, list[float]]:
+    """Median over trials of |a_hat - a| per threshold and axis: {axis: [per phi]}."""
+    err = (curve.double() - tail_index.unsqueeze(0)).abs()
+    med = err.nanmedian(dim=1).values
+    return {str(axis): med[:, axis].tolist() for axis in (0, 1)}
+
+
+def load_results(run_dir: str | Path) -> dict[str, Any]:
+    return load_json(Path(run_dir) / "results.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m heavytail evaluate", description="Evaluate completed runs.")
+    parser.add_argument("run_dirs", nargs="+")
+    parser.add_argument("--floor-cache", default=None, help="folder for the shared floor pools")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    status = 0
+    for run_dir in args.run_dirs:
+        if not is_complete(run_dir):
+            print(f"{run_dir}: not a completed run, skipped", file=sys.stderr)
+            status = 1
+            continue
+        res = evaluate(run_dir, floor_cache=args.floor_cache, quiet=args.quiet)
+        med, mean = res["energy"]["median"], res["energy"]["mean"]
+        print(
+            f"{res['name']}: median ratio {med['ratio']:.3f} [{med['low']:.3f}, {med['high']:.3f}]"
+            f", mean ratio {mean['ratio']:.3f} [{mean['low']:.3f}, {mean['high']:.3f}], {res['collapse']['label']}"
+        )
+    return status

@@ -1,0 +1,328 @@
+"""Training: the paper's recipe (Section 3.4, Table 3) as a resumable run.
+
+Each step draws a fresh parameter instance omega per trial (App. D.1), an input ensemble
+X ~ mu_I(omega)^N and an independent target ensemble Y ~ mu_O(omega)^N, and minimises the mean over
+trials of the energy distance E_1^2(model(X), Y) (eqs. 4, 10). A step whose loss, outputs or gradient
+is non-finite is skipped and counted, as the paper does (Table 3, "skip non-finite step").
+
+The run folder is the unit of work::
+
+    run_dir/config.yaml        the resolved configuration (every default written out)
+    run_dir/metrics.jsonl      one JSON line per logged step
+    run_dir/checkpoints/       step_XXXXXXXX.pt: model, optimizer, scheduler and every RNG state
+    run_dir/model.pt           final weights
+    run_dir/COMPLETE           written last: a run without it is unfinished, whatever else exists
+
+Every file is written atomically (``heavytail.io``). Calling :func:`train` on a folder that holds a
+checkpoint resumes from it; on CPU a run killed at any point and resumed ends with weights bitwise
+equal to an uninterrupted run's, because the data generator, the global RNGs, the optimizer and the
+scheduler are all restored (tests/test_train.py kills a real subprocess to check it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .collapse import collapsed, spread_ratio
+from .config import RunConfig
+from .io import atomic_torch_save, atomic_write_text, dumps_json, read_jsonl, save_json
+
+COMPLETE = "COMPLETE"
+KEEP_CHECKPOINTS = 2
+
+
+# ------------------------------------------------------------------------------------- building
+def resolve_device(cfg: RunConfig) -> torch.device:
+    if cfg.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' was requested but torch sees no CUDA device; use device='cpu' or 'auto'")
+    return torch.device(cfg.device)
+
+
+def build_benchmark(cfg: RunConfig):
+    from .operators import Benchmark
+
+    return Benchmark(cfg.benchmark, cfg.marginals)
+
+
+def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> torch.nn.Module:
+    from .model import MeasureTransformer, ModelConfig
+
+    return MeasureTransformer(ModelConfig(**cfg.model_kwargs())).to(device)
+
+
+def build_optimizer(cfg: RunConfig, model: torch.nn.Module):
+    """AdamW with a linear warmup into a cosine decay to zero, from torch's own schedulers (Table 3)."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    decay = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, cfg.steps - cfg.warmup_steps))
+    if cfg.warmup_steps == 0:
+        return optimizer, decay
+    warmup = torch.optim.lr_scheduler.LinearLR(
+        optimizer, start_factor=1.0 / (cfg.warmup_steps + 1), end_factor=1.0, total_iters=cfg.warmup_steps
+    )
+    schedule = torch.optim.lr_scheduler.SequentialLR(optimizer, [warmup, decay], milestones=[cfg.warmup_steps])
+    return optimizer, schedule
+
+
+def autocast(cfg: RunConfig, device: torch.device):
+    if cfg.precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+# ---------------------------------------------------------------------------------- checkpoints
+def _checkpoints(run_dir: Path) -> list[Path]:
+    return sorted((run_dir / "checkpoints").glob("step_*.pt"))
+
+
+def _rng_state(data_gen: torch.Generator) -> dict[str, Any]:
+    state = {
+        "data": data_gen.get_state(),
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any], data_gen: torch.Generator) -> None:
+    data_gen.set_state(state["data"])
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, data_gen, counters) -> None:
+    path = run_dir / "checkpoints" / f"step_{step:08d}.pt"
+    atomic_torch_save(
+        {
+            "step": step,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": _rng_state(data_gen),
+            "counters": dict(counters),
+        },
+        path,
+    )
+    for old in _checkpoints(run_dir)[:-KEEP_CHECKPOINTS]:
+        old.unlink(missing_ok=True)
+
+
+def _check_config(run_dir: Path, cfg: RunConfig) -> None:
+    """A run folder belongs to one configuration: resuming under another would mix two runs."""
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.exists():
+        atomic_write_text(saved_path, cfg.to_yaml())
+        return
+    saved = RunConfig.from_yaml(saved_path)
+    # these only change how the work is paced or reported, never the numbers it produces
+    pacing = {"checkpoint_every", "log_every", "eval_batch_trials", "device"}
+    diff = {k: (v, getattr(cfg, k)) for k, v in saved.to_dict().items() if k not in pacing and getattr(cfg, k) != v}
+    if diff:
+        listing = ", ".join(f"{k}: saved {a!r}, given {b!r}" for k, (a, b) in diff.items())
+        raise ValueError(f"{run_dir} holds a run of a different configuration ({listing}); use another folder")
+
+
+def is_complete(run_dir: str | Path) -> bool:
+    return (Path(run_dir) / COMPLETE).exists()
+
+
+def load_model(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, RunConfig]:
+    """The final model of a completed run, in evaluation mode."""
+    run_dir = Path(run_dir)
+    if not is_complete(run_dir):
+        raise FileNotFoundError(f"{run_dir} is not a completed run (no {COMPLETE} marker); train it first")
+    cfg = RunConfig.from_yaml(run_dir / "config.yaml")
+    model = build_model(cfg, device)
+    model.load_state_dict(torch.load(run_dir / "model.pt", map_location=device, weights_only=True))
+    return model.eval(), cfg
+
+
+# ----------------------------------------------------------------------------------- training
+def draw_batch(bench, cfg: RunConfig, generator: torch.Generator, device: torch.device):
+    """One step's data: a fresh omega per trial (App. D.1), then X ~ mu_I(omega)^N and an
+    independent Y ~ mu_O(omega)^N, each (trials_per_step, n_points, 2)."""
+    trials = bench.sample_trials(cfg.trials_per_step, generator=generator)
+    x = bench.sample_inputs(trials, cfg.n_points, generator=generator)
+    y = bench.sample_targets(trials, cfg.n_points, generator=generator)
+    return x.to(device), y.to(device)
+
+
+def training_step(model, optimizer, x, y, cfg: RunConfig, device: torch.device, loss_fn):
+    """Forward, energy-distance loss (eq. 4 with D = E_p^2 of eq. 10) and backward with clipping.
+
+    Returns ``(outputs or None if non-finite, loss, grad_norm)``; gradients are left in place for the
+    caller to apply or discard, so a non-finite step can be skipped (Table 3).
+    """
+    optimizer.zero_grad(set_to_none=True)
+    with autocast(cfg, device):
+        out = model(x)
+    out = out.float()
+    if not bool(torch.isfinite(out).all()):
+        return None, math.nan, math.nan
+    loss = loss_fn(out, y, p=cfg.loss_p).mean()
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        return out.detach(), value, math.nan
+    loss.backward()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+    return out.detach(), value, grad_norm
+
+
+def train(
+    cfg: RunConfig,
+    run_dir: str | Path,
+    *,
+    quiet: bool = False,
+    stop_after: int | None = None,
+    track_attention: bool = False,
+) -> Path:
+    """Train (or resume) the run of ``cfg`` in ``run_dir``; returns ``run_dir``.
+
+    ``stop_after`` ends the call after that many steps of this call (checkpointing first) without
+    marking the run complete: the next call resumes. ``track_attention`` adds per-block attention
+    statistics to the logged lines (App. I, future work), at the cost of a few extra reductions.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _check_config(run_dir, cfg)
+    if is_complete(run_dir):
+        return run_dir
+
+    device = resolve_device(cfg)
+    from .metrics import energy_distance  # noqa: PLC0415  (keeps `import heavytail.train` light)
+
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    random.seed(cfg.seed)
+    model = build_model(cfg, device)
+    optimizer, scheduler = build_optimizer(cfg, model)
+    bench = build_benchmark(cfg)
+    data_gen = torch.Generator().manual_seed(cfg.seed)
+    counters = {"skipped": 0}
+    start = 0
+
+    checkpoints = _checkpoints(run_dir)
+    if checkpoints:
+        state = torch.load(checkpoints[-1], map_location=device, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        _set_rng_state(state["rng"], data_gen)
+        counters.update(state["counters"])
+        start = state["step"]
+    # Lines logged after the checkpoint belong to steps that will be redone: drop them.
+    log_path = run_dir / "metrics.jsonl"
+    kept = [row for row in read_jsonl(log_path) if row["step"] <= start]
+    atomic_write_text(log_path, "".join(dumps_json(row) + "\n" for row in kept))
+
+    end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
+    model.train()
+    bar = tqdm(total=cfg.steps, initial=start, disable=quiet, desc=cfg.name, unit="step", dynamic_ncols=True)
+    t0 = time.perf_counter()
+    with open(log_path, "a") as log:
+        for step in range(start + 1, end + 1):
+            x, y = draw_batch(bench, cfg, data_gen, device)
+            out, loss, grad_norm = training_step(model, optimizer, x, y, cfg, device, energy_distance)
+            outputs_finite = out is not None
+            skipped = not (math.isfinite(loss) and math.isfinite(grad_norm))
+            if skipped and not cfg.skip_nonfinite:
+                raise FloatingPointError(f"non-finite loss or gradient at step {step} and skip_nonfinite is false")
+            if skipped:
+                optimizer.zero_grad(set_to_none=True)
+                counters["skipped"] += 1
+            else:
+                optimizer.step()
+            lr = optimizer.param_groups[0]["lr"]
+            scheduler.step()
+
+            if step % cfg.log_every == 0 or skipped or step == end:
+                row = {
+                    "step": step,
+                    "loss": loss,
+                    "lr": lr,
+                    "grad_norm": grad_norm,
+                    "skipped": skipped,
+                    "n_skipped": counters["skipped"],
+                    "seconds": time.perf_counter() - t0,
+                }
+                if outputs_finite:
+                    ratio = spread_ratio(out, y)
+                    row["spread_median"] = float(ratio.median())
+                    row["collapsed_fraction"] = float(collapsed(ratio, cfg.collapse_spread).double().mean())
+                if track_attention and hasattr(model, "last_stats"):
+                    row["attention"] = getattr(model, "last_stats", None)
+                log.write(dumps_json(row) + "\n")
+                log.flush()
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3g}", skipped=counters["skipped"])
+            if step % cfg.checkpoint_every == 0 and step < cfg.steps:
+                log.flush()
+                _save_checkpoint(run_dir, step, model, optimizer, scheduler, data_gen, counters)
+    bar.close()
+
+    if end < cfg.steps:
+        _save_checkpoint(run_dir, end, model, optimizer, scheduler, data_gen, counters)
+        return run_dir
+    atomic_torch_save(model.state_dict(), run_dir / "model.pt")
+    _save_checkpoint(run_dir, end, model, optimizer, scheduler, data_gen, counters)
+    save_json({"steps": cfg.steps, "skipped": counters["skipped"], "name": cfg.name}, run_dir / "train_summary.json")
+    # Last, and only now: the marker that says every file above is in place.
+    atomic_write_text(run_dir / COMPLETE, f"{cfg.name}\n")
+    return run_dir
+
+
+def training_log(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The logged steps of a run (complete or not)."""
+    return read_jsonl(Path(run_dir) / "metrics.jsonl")
+
+
+# ---------------------------------------------------------------------------------------- CLI
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs, values parsed as YAML scalars (``steps=10``, ``symlog=true``)."""
+    import yaml
+
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ValueError(f"--set expects key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m heavytail train", description=__doc__.splitlines()[0])
+    parser.add_argument("config", nargs="?", help="YAML run configuration (defaults: Table 3)")
+    parser.add_argument("--run-dir", required=True, help="run folder; an existing one is resumed")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override configuration keys")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (batch use)")
+    parser.add_argument("--stop-after", type=int, default=None, help="pause after this many steps")
+    args = parser.parse_args(argv)
+    try:
+        overrides = parse_overrides(args.set)
+        cfg = RunConfig.from_yaml(args.config, **overrides) if args.config else RunConfig.from_dict(overrides)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    train(cfg, args.run_dir, quiet=args.quiet, stop_after=args.stop_after)
+    state = "complete" if is_complete(args.run_dir) else "paused (resume by running the same command)"
+    print(f"{args.run_dir}: {state}")
+    return 0

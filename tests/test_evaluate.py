@@ -1,0 +1,91 @@
+"""Evaluation: ratios, bootstrap intervals, the shared floor pool, Hill diagnostics, collapse labels."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import heavytail.evaluate as evaluate_mod
+from heavytail.collapse import collapsed, spread_ratio
+from heavytail.evaluate import evaluate, load_results
+from heavytail.io import load_json, save_json
+from heavytail.train import load_model, train
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from heavytail.config import RunConfig
+    from tests.conftest import TINY
+
+    root = tmp_path_factory.mktemp("runs")
+    return train(RunConfig.from_dict(TINY, steps=4), root / "run", quiet=True)
+
+
+def test_evaluation_reports_ratios_intervals_and_hill(tiny_run):
+    res = evaluate(tiny_run, quiet=True)
+    n = res["config"]["eval_trials"]
+    assert len(res["energy"]["d"]) == n and len(res["energy"]["d_hat"]) == n
+    for stat in ("median", "mean"):
+        s = res["energy"][stat]
+        summary = getattr(np, stat)
+        assert math.isclose(s["ratio"], summary(res["energy"]["d"]) / summary(res["energy"]["d_hat"]), rel_tol=1e-9)
+        assert s["low"] <= s["ratio"] <= s["high"]
+        assert s["bold"] == (s["low"] <= 1.0)
+    for axis in ("0", "1"):
+        hill = res["hill"]["axes"][axis]
+        assert len(hill["e"]) == n and len(hill["e_hat"]) == n and math.isfinite(hill["E"])
+    assert len(res["hill"]["curve"]["output_abs_error"]["1"]) == len(res["hill"]["curve"]["phi"])
+    assert load_results(tiny_run) == load_json(tiny_run / "results.json")
+
+
+def test_the_floor_pool_is_computed_once_per_family(tiny_run, monkeypatch):
+    evaluate(tiny_run, quiet=True, save=False)
+    cached = list((tiny_run.parent / "_floors").glob("floor-*.json"))
+    assert len(cached) == 1
+
+    def boom(*a, **k):
+        raise AssertionError("the floor pool was recomputed and written again")
+
+    # with save=False the only write evaluate() could make is a fresh floor pool
+    monkeypatch.setattr(evaluate_mod, "save_json", boom)
+    before = cached[0].stat().st_mtime_ns
+    evaluate(tiny_run, quiet=True, save=False)
+    assert cached[0].stat().st_mtime_ns == before
+
+
+class _Constant(torch.nn.Module):
+    """A deliberately collapsed model: every output point at one location."""
+
+    def forward(self, x):
+        return torch.zeros_like(x) + 3.0
+
+
+def test_a_collapsed_output_is_flagged(tiny_run, monkeypatch):
+    _, cfg = load_model(tiny_run)
+    monkeypatch.setattr(evaluate_mod, "load_model", lambda run_dir, device="cpu": (_Constant(), cfg))
+    res = evaluate(tiny_run, quiet=True, save=False)
+    assert res["collapse"]["label"] == "collapse" and res["collapse"]["fraction"] == 1.0
+    assert res["energy"]["median"]["ratio"] > 1
+
+
+def test_spread_ratio_separates_healthy_from_degenerate():
+    g = torch.Generator().manual_seed(0)
+    target = torch.randn(3, 2000, 2, generator=g)
+    healthy = torch.randn(3, 2000, 2, generator=g)
+    degenerate = healthy.clone()
+    degenerate[1] = degenerate[1, :1]  # trial 1: all points equal
+    r = spread_ratio(degenerate, target)
+    assert r[1] == 0 and collapsed(r, 0.05).tolist() == [False, True, False]
+    # IQR ratio of two standard normal samples of 2000: sd of the log-ratio is about 0.05
+    assert torch.allclose(spread_ratio(healthy, target), torch.ones(3, dtype=torch.float64), atol=0.2)
+
+
+def test_non_finite_results_round_trip(tmp_path):
+    save_json({"x": [1.0, math.inf, -math.inf, math.nan]}, tmp_path / "r.json")
+    text = (tmp_path / "r.json").read_text()
+    assert "Infinity" in text and "NaN" in text
+    x = load_json(tmp_path / "r.json")["x"]
+    assert x[:3] == [1.0, math.inf, -math.inf] and math.isnan(x[3])
