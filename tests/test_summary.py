@@ -196,3 +196,72 @@ def test_collect_uses_finished_evaluated_runs_and_says_why_it_skipped_the_others
     assert math.isinf(next(r for r in got.runs if r.config["symlog"]).results["energy"]["mean"]["ratio"])
     with pytest.raises(FileNotFoundError, match="does not exist"):
         S.collect_runs(tmp_path / "nope")
+
+
+# ------------------------------------------------------------------------------------------ real runs
+@pytest.fixture(scope="module")
+def tiny_grid(tmp_path_factory):
+    """Two tiny finished runs made by the real harness: softmax and linear ELU, post-norm, sheared swap."""
+    from heavytail.evaluate import evaluate
+    from heavytail.train import train
+
+    grid = tmp_path_factory.mktemp("grid")
+    for kernel in ("softmax", "linear_elu"):
+        cfg = RunConfig.from_dict(SMALL, kernel=kernel)
+        train(cfg, grid / cfg.name, quiet=True)
+        evaluate(grid / cfg.name, quiet=True)
+    return grid
+
+
+def test_the_summary_builds_its_tables_from_two_tiny_finished_runs(tiny_grid):
+    from heavytail.evaluate import load_results
+
+    got = S.collect_runs(tiny_grid)
+    assert len(got.runs) == 2 and not got.skipped
+    aggs = S.aggregate(got.runs)
+    by_kernel = {a["kernel"]: a for a in aggs}
+    t5 = S.ratio_table(aggs, "sheared_swap", "median")
+    assert "14 of 16 cells not run" in t5["notes"]  # post-norm rows only: no pre-norm runs
+    for row, kernel in zip(t5["rows"], S.KERNELS):
+        cell = row["mirrored Pareto / none"]
+        if kernel not in by_kernel:
+            assert cell is None
+            continue
+        res = load_results(tiny_grid / by_kernel[kernel]["names"][0])
+        med = res["energy"]["median"]
+        assert cell["ratio"] == med["ratio"] and cell["low"] == med["low"] and cell["high"] == med["high"]
+        assert cell["collapse"] == (res["collapse"]["label"] == "collapse")
+        assert cell["bold"] == (med["bold"] and not cell["collapse"])
+        hill = S.hill_table(aggs, "sheared_swap", 1)["rows"][S.KERNELS.index(kernel)]["mirrored Pareto / none"]
+        assert hill["E"] == res["hill"]["axes"]["1"]["E"]
+    found = {f["id"]: f for f in S.findings(aggs)}
+    softmax_collapsed = by_kernel["softmax"]["collapse"]["label"] == "collapse"
+    assert found["softmax-collapses-sheared_swap"]["verdict"] == ("reproduced" if softmax_collapsed else "not reproduced")
+    assert found["slower-avoid-collapse-sheared_swap"]["verdict"] == "not run"
+    assert {f["verdict"] for k, f in found.items() if k != "softmax-collapses-sheared_swap"} == {"not run"}
+    scale = {r["setting"]: r["this grid"] for r in S.scale_table(got.runs)["rows"]}
+    assert scale["n_points"] == "64" and scale["d_model"] == "16" and scale["steps"] == "4"
+
+
+def test_the_summary_notebook_runs_on_two_tiny_runs(tiny_grid, tmp_path):
+    import csv
+
+    from heavytail.report import repo_root, run_notebook
+
+    root = repo_root()
+    result = run_notebook(root / "notebooks" / "06_summary.py", tmp_path, {"grid_dir": str(tiny_grid)},
+                          cwd=root, report="test", progress=False)
+    assert result.status == "ok", (result.failed_cell, result.error)
+    art = tmp_path / "06_summary"
+    aggs = S.aggregate(S.collect_runs(tiny_grid).runs)
+    with open(art / "table5_median.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["mirrored Pareto / none"] for r in rows] == [c["mirrored Pareto / none"]
+                                                           for c in S.records(S.ratio_table(aggs, "sheared_swap"))]
+    assert {r["verdict"] for r in map(dict, S.records(S.findings_table(S.findings(aggs))))} >= {"not run"}
+    with open(art / "findings.csv", newline="") as fh:
+        assert [r["verdict"] for r in csv.DictReader(fh)] == [f["verdict"] for f in S.findings(aggs)]
+    assert (art / "figure2_sheared_swap_post.png").is_file() and (art / "figure10_sheared_swap_ecdf.png").is_file()
+    assert not (art / "figure3_matrix_inverse_post.png").exists()  # no matrix inverse runs: not drawn
+    text = (tmp_path / "06_summary.html").read_text()
+    assert "What ran at this scale" in text and "not run" in text
