@@ -244,6 +244,8 @@ def _batched(u, v, p, need_grad, backend, block_size):
     batch = u.shape[:-2]
     uf = u.reshape((-1,) + u.shape[-2:])
     vf = v.reshape((-1,) + v.shape[-2:])
+    if uf.shape[0] == 0:  # an empty batch: nothing to compute
+        return u.new_zeros(batch), torch.zeros_like(u), torch.zeros_like(v)
     try:
         value, gu, gv = _energy_and_grad(uf, vf, p, need_grad, backend, block_size)
     except Exception as exc:  # a missing C++ compiler, an unsupported device: fall back, once

@@ -250,3 +250,22 @@ def test_identical_sets_give_zero_and_float32_default():
     out = energy_distance(u, u.clone())
     assert out.dtype == torch.float32 and abs(out.item()) < 1e-6
     assert energy_distance(np.asarray(u), u).dtype == torch.float32  # array-likes are accepted
+
+
+def test_empty_batch_and_compile_failure_fallback(monkeypatch):
+    import heavytail.energy as energy
+
+    assert energy_distance(torch.zeros(0, 5, 2), torch.zeros(0, 4, 2)).shape == (0,)
+    u, v = torch.randn(30, 2, generator=gen(13)), torch.randn(20, 2, generator=gen(14))
+    ref = energy_distance(u, v, backend="eager")
+
+    def broken(kind):
+        raise RuntimeError("C++ compile error: no compiler")  # what a machine without gcc reports
+
+    monkeypatch.setattr(energy, "_get_compiled", broken)
+    monkeypatch.setattr(energy, "_compile_failed", {})
+    with pytest.warns(UserWarning, match="eager tiled backend"):
+        assert energy_distance(u, v).item() == ref.item()
+    assert energy_distance(u, v).item() == ref.item()  # remembered: no second warning needed
+    with pytest.raises(RuntimeError, match="unavailable"):
+        energy_distance(u, v, backend="compiled")
