@@ -36,3 +36,80 @@ def collapsed(ratio: torch.Tensor, threshold: float) -> torch.Tensor:
 def run_label(fraction_collapsed: float, majority: float = 0.5) -> str:
     """'collapse' when most evaluation trials are degenerate, as the paper's tables label such runs."""
     return "collapse" if fraction_collapsed >= majority else "ok"
+
+
+def collapse_onset(log: list[dict], majority: float = 0.5) -> int | None:
+    """First logged step from which the batch stays collapsed (``collapsed_fraction >= majority``
+    at that and every later logged step); None when the run ends healthy. Figure 13 reads the onset
+    off the loss curve; this reads it off the outputs themselves."""
+    steps = [row["step"] for row in log if "collapsed_fraction" in row]
+    flags = [row["collapsed_fraction"] >= majority for row in log if "collapsed_fraction" in row]
+    if not flags or not flags[-1]:
+        return None
+    onset = len(flags) - 1
+    while onset > 0 and flags[onset - 1]:
+        onset -= 1
+    return steps[onset]
+
+
+def rolling_median(values, window: int):
+    """Centred rolling median (the heavy traces of Figure 13); NaNs (skipped steps) are ignored."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=float)
+    half = max(1, window) // 2
+    out = np.full_like(x, np.nan)
+    for i in range(len(x)):
+        chunk = x[max(0, i - half) : i + half + 1]
+        chunk = chunk[np.isfinite(chunk)]
+        if chunk.size:
+            out[i] = np.median(chunk)
+    return out
+
+
+def attention_inputs(model, x: torch.Tensor, block: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The (q, k, v) tensors, each (B, H, N, d_head), that ``block``'s attention sees on input ``x``.
+
+    Lets a diagnostic replay one real attention call of a trained model, for instance to compare
+    the gradients of two backends on the scores the model actually produces.
+    """
+    captured = {}
+    attn = model.blocks[block].attn
+    handle = attn.register_forward_pre_hook(lambda mod, args: captured.setdefault("x", args[0].detach()))
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        handle.remove()
+    h = captured["x"]
+    with torch.no_grad():
+        return attn._heads(attn.q(h)), attn._heads(attn.k(h)), attn._heads(attn.v(h))
+
+
+def attention_gradient_error(q, k, v, kernel: str, backend: str, seed: int = 0) -> dict[str, float]:
+    """Relative error of one backend's attention gradients against a float64 dense reference.
+
+    A random cotangent is pulled back through ``kernel_attention`` on both paths; the errors are
+    ||grad - ref|| / ||ref|| for q, k and v, plus the largest scaled score |S| (eq. 1). Flash-style
+    backwards recompute S and subtract a stored log-sum-exp; when |S| is huge that subtraction loses
+    every digit for softmax (see heavytail.attention), which this measures on real activations.
+    """
+    from .attention import kernel_attention, scaled_scores
+
+    gen = torch.Generator().manual_seed(seed)
+    cot = torch.randn(q.shape[:-1] + (v.shape[-1],), generator=gen, dtype=torch.float64)
+
+    def grads(dtype, name):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+        out = kernel_attention(*leaves, kernel, backend=name)
+        (out.to(torch.float64) * cot).sum().backward()
+        return [t.grad.to(torch.float64) for t in leaves]
+
+    ref = grads(torch.float64, "dense")
+    got = grads(torch.float32, backend)
+    errors = {
+        name: float((g - r).norm() / r.norm().clamp_min(1e-300)) for name, g, r in zip("qkv", got, ref)
+    }
+    with torch.no_grad():
+        errors["max_abs_score"] = float(scaled_scores(q.double(), k.double()).abs().max())
+    return errors

@@ -73,6 +73,8 @@ class RunConfig:
     checkpoint_every: int = 500
     log_every: int = 10
     eval_batch_trials: int = 8  # trials per forward pass at evaluation: memory, not results
+    # Log per-block attention statistics and gradient norms (App. I, future work): diagnostics only.
+    track_attention: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)

@@ -133,7 +133,7 @@ def _check_config(run_dir: Path, cfg: RunConfig) -> None:
         return
     saved = RunConfig.from_yaml(saved_path)
     # these only change how the work is paced or reported, never the numbers it produces
-    pacing = {"checkpoint_every", "log_every", "eval_batch_trials", "device"}
+    pacing = {"checkpoint_every", "log_every", "eval_batch_trials", "device", "track_attention"}
     diff = {k: (v, getattr(cfg, k)) for k, v in saved.to_dict().items() if k not in pacing and getattr(cfg, k) != v}
     if diff:
         listing = ", ".join(f"{k}: saved {a!r}, given {b!r}" for k, (a, b) in diff.items())
@@ -165,15 +165,20 @@ def draw_batch(bench, cfg: RunConfig, generator: torch.Generator, device: torch.
     return x.to(device), y.to(device)
 
 
-def training_step(model, optimizer, x, y, cfg: RunConfig, device: torch.device, loss_fn):
+def training_step(model, optimizer, x, y, cfg: RunConfig, device: torch.device, loss_fn, stats: list | None = None):
     """Forward, energy-distance loss (eq. 4 with D = E_p^2 of eq. 10) and backward with clipping.
 
     Returns ``(outputs or None if non-finite, loss, grad_norm)``; gradients are left in place for the
-    caller to apply or discard, so a non-finite step can be skipped (Table 3).
+    caller to apply or discard, so a non-finite step can be skipped (Table 3). Passing a list as
+    ``stats`` fills it with one dict of attention statistics and the gradient norm per block.
     """
     optimizer.zero_grad(set_to_none=True)
     with autocast(cfg, device):
-        out = model(x)
+        if stats is None:
+            out = model(x)
+        else:
+            out, block_stats = model(x, return_attention_stats=True)
+            stats.extend({k: float(v) for k, v in s.items()} for s in block_stats)
     out = out.float()
     if not bool(torch.isfinite(out).all()):
         return None, math.nan, math.nan
@@ -182,6 +187,10 @@ def training_step(model, optimizer, x, y, cfg: RunConfig, device: torch.device, 
     if not math.isfinite(value):
         return out.detach(), value, math.nan
     loss.backward()
+    if stats is not None:
+        for entry, block in zip(stats, model.blocks):
+            grads = [p.grad.detach().norm() for p in block.parameters() if p.grad is not None]
+            entry["grad_norm"] = float(torch.stack(grads).norm()) if grads else 0.0
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
     return out.detach(), value, grad_norm
 
@@ -192,13 +201,12 @@ def train(
     *,
     quiet: bool = False,
     stop_after: int | None = None,
-    track_attention: bool = False,
 ) -> Path:
     """Train (or resume) the run of ``cfg`` in ``run_dir``; returns ``run_dir``.
 
     ``stop_after`` ends the call after that many steps of this call (checkpointing first) without
-    marking the run complete: the next call resumes. ``track_attention`` adds per-block attention
-    statistics to the logged lines (App. I, future work), at the cost of a few extra reductions.
+    marking the run complete: the next call resumes. ``cfg.track_attention`` adds per-block attention
+    statistics and gradient norms to the logged lines (App. I, future work).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -240,7 +248,9 @@ def train(
     with open(log_path, "a") as log:
         for step in range(start + 1, end + 1):
             x, y = draw_batch(bench, cfg, data_gen, device)
-            out, loss, grad_norm = training_step(model, optimizer, x, y, cfg, device, energy_distance)
+            logged = step % cfg.log_every == 0 or step == end
+            stats = [] if (cfg.track_attention and logged) else None
+            out, loss, grad_norm = training_step(model, optimizer, x, y, cfg, device, energy_distance, stats)
             outputs_finite = out is not None
             skipped = not (math.isfinite(loss) and math.isfinite(grad_norm))
             if skipped and not cfg.skip_nonfinite:
@@ -253,7 +263,7 @@ def train(
             lr = optimizer.param_groups[0]["lr"]
             scheduler.step()
 
-            if step % cfg.log_every == 0 or skipped or step == end:
+            if logged or skipped:
                 row = {
                     "step": step,
                     "loss": loss,
@@ -267,8 +277,8 @@ def train(
                     ratio = spread_ratio(out, y)
                     row["spread_median"] = float(ratio.median())
                     row["collapsed_fraction"] = float(collapsed(ratio, cfg.collapse_spread).double().mean())
-                if track_attention and hasattr(model, "last_stats"):
-                    row["attention"] = getattr(model, "last_stats", None)
+                if stats:
+                    row["blocks"] = stats
                 log.write(dumps_json(row) + "\n")
                 log.flush()
             bar.update(1)

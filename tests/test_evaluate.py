@@ -89,3 +89,26 @@ def test_non_finite_results_round_trip(tmp_path):
     assert "Infinity" in text and "NaN" in text
     x = load_json(tmp_path / "r.json")["x"]
     assert x[:3] == [1.0, math.inf, -math.inf] and math.isnan(x[3])
+
+
+def test_collapse_onset_is_the_start_of_the_final_collapsed_stretch():
+    from heavytail.collapse import collapse_onset
+
+    log = [{"step": s, "collapsed_fraction": f} for s, f in [(10, 0.0), (20, 0.9), (30, 0.1), (40, 0.6), (50, 1.0)]]
+    assert collapse_onset(log) == 40
+    assert collapse_onset(log[:3]) is None
+    assert collapse_onset([{"step": 1, "loss": 1.0}]) is None
+
+
+def test_attention_gradient_error_replays_a_real_block():
+    from heavytail.collapse import attention_gradient_error, attention_inputs
+    from heavytail.model import MeasureTransformer, ModelConfig
+
+    torch.manual_seed(0)
+    model = MeasureTransformer(ModelConfig(d_model=16, n_blocks=2, d_ff=32, kernel="linear_elu", backend="dense"))
+    x = torch.randn(2, 64, 2)
+    q, k, v = attention_inputs(model, x, block=1)
+    assert q.shape == (2, 1, 64, 16)
+    err = attention_gradient_error(q, k, v, "linear_elu", "tiled")
+    # float32 vs float64 on O(1) scores: a few float32 ulps, far below 1e-4
+    assert max(err["q"], err["k"], err["v"]) < 1e-4 and err["max_abs_score"] > 0
