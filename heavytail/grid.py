@@ -1,0 +1,776 @@
+"""The ablation grid (Section 4.2, App. G): every configuration of a grid file, one notebook execution each.
+
+A grid file names a set of run configurations: a ``base`` mapping of :class:`~heavytail.config.RunConfig`
+keys shared by all of them and ``axes`` whose Cartesian product (in the file's order) gives the
+configurations. Each configuration is ONE papermill execution of ``notebooks/04_ablation.py`` (through
+:func:`heavytail.report.run_notebook`) whose run folder ``<output_root>/<grid>/<config.name>/`` holds
+the training run (config.yaml, metrics.jsonl, checkpoints/, COMPLETE), ``results.json``, the executed
+notebook and its HTML, the notebook's figures, and ``execution.json`` (this module's record of the
+last execution). Grid file format::
+
+    name: cpu                        # output folder: <output_root>/cpu/
+    notebook: notebooks/04_ablation.py   # optional; relative to the repository root
+    base:                            # RunConfig keys shared by every configuration
+      steps: 300
+      d_model: 32
+    axes:                            # product of these lists, in this order
+      tasks:                         # operator and marginal family travel together
+        - {benchmark: sheared_swap, marginals: mirrored_pareto}
+        - {benchmark: matrix_inverse, marginals: mirrored_pareto}
+      norm: [post]
+      kernel: [softmax, squared_elu, linear_elu, log_elu]
+      symlog: [false, true]
+      seed: [0]
+    local:                           # --executor local and submitit-local
+      workers: 2                     # configurations run at once
+      threads_per_worker: 1          # OMP/MKL/torch threads of each notebook kernel
+      timeout_min: 120               # submitit-local only: a job past it is requeued and resumes
+    slurm:                           # --executor slurm (submitit job array)
+      partition: gpu
+      gpus_per_node: 1
+      cpus_per_task: 16              # also the notebook kernel's thread count
+      mem_gb: 128
+      timeout_min: 1440              # per submission; a timed-out job is requeued and resumes
+      max_num_timeout: 3             # requeues allowed after timeouts
+      array_parallelism: 16          # array tasks running at once
+      setup: []                      # shell lines run before the job (module load ..., conda activate ...)
+      additional: {}                 # extra #SBATCH options, e.g. {account: proj, qos: normal}
+
+Axes may only be ``tasks``, ``kernel``, ``norm``, ``symlog`` and ``seed``: the axes that
+:attr:`RunConfig.name` spells out, so every configuration gets its own folder. Everything else is
+``base``. Every configuration is validated by RunConfig before anything runs.
+
+A configuration is *finished*, and skipped on a re-run, when its run is COMPLETE, ``results.json``
+exists, and its last notebook execution succeeded with exactly the same configuration. Anything
+else runs (again): train() resumes from the last checkpoint, so an interrupted or timed-out
+configuration continues where it stopped. A failing configuration is recorded with its failing
+code cell and error and never stops the others. ``<output_root>/<grid>/grid.json`` (status per
+configuration, written atomically after every change) and ``index.html`` (a link to every
+configuration's rendered notebook) are rewritten as configurations finish, so an interrupted grid
+never looks complete.
+
+Executors: ``local`` runs configurations in a process pool (``concurrent.futures``); ``slurm``
+submits a submitit job array with the grid file's resources, and ``submitit-local`` runs the same
+submitit jobs as local processes (what the tests use). Submitted jobs are checkpointable: on a
+timeout submitit requeues the job, which re-executes the notebook and resumes training from the
+run's checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import datetime as _dt
+import fnmatch
+import itertools
+import multiprocessing
+import os
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import submitit
+import yaml
+
+from .config import RunConfig
+from .io import load_json, save_json
+from .report import NotebookResult, repo_root, run_notebook, write_index
+from .train import is_complete
+
+EXECUTORS = ("local", "slurm", "submitit-local")
+AXES = ("tasks", "kernel", "norm", "symlog", "seed")
+TASK_KEYS = ("benchmark", "marginals")
+DEFAULT_NOTEBOOK = "notebooks/04_ablation.py"
+EXECUTION_FILE = "execution.json"
+RESULTS_FILE = "results.json"
+# Parameters the notebook takes besides the run configuration (its `parameters` cell).
+NOTEBOOK_EXTRAS = ("run_dir", "floor_cache", "progress")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+# --------------------------------------------------------------------------------------------------
+# The grid file
+# --------------------------------------------------------------------------------------------------
+def _mapping(value: Any, what: str, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"'{what}'{where} must be a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+def _settings(cls, data: Any, what: str, where: str):
+    values = _mapping(data, what, where)
+    allowed = [f.name for f in fields(cls)]
+    unknown = sorted(set(values) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown} in '{what}'{where}; allowed: {', '.join(allowed)}")
+    return cls(**values)
+
+
+def _positive_int(value: Any, name: str, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r} is not allowed; it must be a positive integer")
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """Parallelism on one machine. ``threads_per_worker`` None: the machine's cores split among workers."""
+
+    workers: int = 1
+    threads_per_worker: int | None = None
+    timeout_min: int = 24 * 60  # submitit-local only (its own default is 2 minutes)
+
+    def __post_init__(self) -> None:
+        _positive_int(self.workers, "local.workers")
+        _positive_int(self.threads_per_worker, "local.threads_per_worker", allow_none=True)
+        _positive_int(self.timeout_min, "local.timeout_min")
+
+    def threads(self, workers: int) -> int:
+        if self.threads_per_worker is not None:
+            return self.threads_per_worker
+        return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """One array task per configuration; resources per task. ``timeout_min`` is per submission."""
+
+    partition: str | None = None
+    gpus_per_node: int = 1
+    cpus_per_task: int = 8
+    mem_gb: int = 64
+    timeout_min: int = 24 * 60
+    max_num_timeout: int = 3
+    array_parallelism: int = 16
+    setup: tuple[str, ...] = ()
+    additional: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.partition is not None and not isinstance(self.partition, str):
+            raise ValueError(f"slurm.partition={self.partition!r} must be a partition name (string)")
+        if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 0:
+            raise ValueError(f"slurm.gpus_per_node={self.gpus_per_node!r} must be an integer >= 0")
+        for name in ("cpus_per_task", "mem_gb", "timeout_min", "array_parallelism"):
+            _positive_int(getattr(self, name), f"slurm.{name}")
+        if isinstance(self.max_num_timeout, bool) or not isinstance(self.max_num_timeout, int) or self.max_num_timeout < 0:
+            raise ValueError(f"slurm.max_num_timeout={self.max_num_timeout!r} must be an integer >= 0")
+        setup = self.setup if self.setup is not None else ()
+        if isinstance(setup, str) or not all(isinstance(line, str) for line in setup):
+            raise ValueError(f"slurm.setup must be a list of shell lines, got {self.setup!r}")
+        object.__setattr__(self, "setup", tuple(setup))
+        if not isinstance(self.additional, Mapping):
+            raise ValueError(f"slurm.additional must map sbatch option names to values, got {self.additional!r}")
+        object.__setattr__(self, "additional", dict(self.additional))
+
+    def executor_parameters(self, job_name: str) -> dict[str, Any]:
+        """Keyword arguments for ``submitit.AutoExecutor(cluster="slurm").update_parameters``."""
+        params: dict[str, Any] = {
+            "name": job_name,
+            "timeout_min": self.timeout_min,
+            "gpus_per_node": self.gpus_per_node,
+            "cpus_per_task": self.cpus_per_task,
+            "mem_gb": self.mem_gb,
+            "nodes": 1,
+            "tasks_per_node": 1,
+            "slurm_array_parallelism": self.array_parallelism,
+        }
+        if self.partition:
+            params["slurm_partition"] = self.partition
+        if self.setup:
+            params["slurm_setup"] = list(self.setup)
+        if self.additional:
+            params["slurm_additional_parameters"] = dict(self.additional)
+        return params
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """A validated grid file: its name, the notebook, the configurations and the executor settings."""
+
+    name: str
+    configs: tuple[RunConfig, ...]
+    notebook: str = DEFAULT_NOTEBOOK
+    local: LocalSettings = field(default_factory=LocalSettings)
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    source: Path | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: Path | None = None) -> "GridSpec":
+        where = f" in {source}" if source else ""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a grid{where} must be a mapping with keys name, base, axes, local, slurm; "
+                             f"got {type(data).__name__}")
+        allowed = ("name", "notebook", "base", "axes", "local", "slurm")
+        unknown = sorted(set(data) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown top-level key(s) {unknown}{where}; allowed: {', '.join(allowed)}")
+        name = data.get("name")
+        if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARS or name.startswith("."):
+            raise ValueError(f"'name'{where} must be a folder name of letters, digits, '_', '-', '.'; got {name!r}")
+        notebook = data.get("notebook", DEFAULT_NOTEBOOK)
+        if not isinstance(notebook, str) or not notebook.endswith(".py"):
+            raise ValueError(f"'notebook'{where} must be the path of a py:percent notebook, got {notebook!r}")
+        base = _mapping(data.get("base"), "base", where)
+        axes = _mapping(data.get("axes"), "axes", where)
+        configs = _expand(name, base, axes, where)
+        return cls(
+            name=name,
+            configs=configs,
+            notebook=notebook,
+            local=_settings(LocalSettings, data.get("local"), "local", where),
+            slurm=_settings(SlurmSettings, data.get("slurm"), "slurm", where),
+            source=source,
+        )
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> "GridSpec":
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"grid file {path} does not exist")
+        return cls.from_dict(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, source=path)
+
+    @classmethod
+    def load(cls, grid: "str | os.PathLike | Mapping[str, Any] | GridSpec") -> "GridSpec":
+        if isinstance(grid, GridSpec):
+            return grid
+        if isinstance(grid, Mapping):
+            return cls.from_dict(grid)
+        return cls.from_yaml(grid)
+
+    @property
+    def names(self) -> list[str]:
+        return [cfg.name for cfg in self.configs]
+
+
+def _expand(name: str, base: dict[str, Any], axes: dict[str, Any], where: str) -> tuple[RunConfig, ...]:
+    """The Cartesian product of the axes over the base, each validated by RunConfig."""
+    unknown = [a for a in axes if a not in AXES]
+    if unknown:
+        raise ValueError(
+            f"axes {unknown}{where} are not allowed: an axis must be one of {', '.join(AXES)} (the keys the "
+            f"configuration's folder name spells out); put a single value of any other key in 'base'"
+        )
+    covered = {k for a in axes for k in (TASK_KEYS if a == "tasks" else (a,))}
+    clash = sorted(covered & set(base))
+    if clash:
+        raise ValueError(f"key(s) {clash}{where} are set in both 'base' and 'axes'; set each in one place")
+    levels: list[list[dict[str, Any]]] = []
+    for axis, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"axis '{axis}'{where} must be a non-empty list, got {values!r}")
+        if axis == "tasks":
+            level = []
+            for task in values:
+                if not isinstance(task, Mapping) or set(task) != set(TASK_KEYS):
+                    raise ValueError(f"each entry of axis 'tasks'{where} must be a mapping with exactly the keys "
+                                     f"{', '.join(TASK_KEYS)}; got {task!r}")
+                level.append(dict(task))
+        else:
+            level = [{axis: v} for v in values]
+        levels.append(level)
+    configs, seen = [], {}
+    for combo in itertools.product(*levels):
+        values = dict(base)
+        for part in combo:
+            values.update(part)
+        try:
+            cfg = RunConfig.from_dict(values)
+        except ValueError as err:
+            raise ValueError(f"grid '{name}'{where}: configuration {combo} is invalid: {err}") from None
+        if cfg.name in seen:
+            raise ValueError(f"grid '{name}'{where}: two configurations share the name {cfg.name!r}; "
+                             f"an axis lists a value twice")
+        seen[cfg.name] = cfg
+        configs.append(cfg)
+    if not configs:
+        raise ValueError(f"grid '{name}'{where} has no configurations")
+    return tuple(configs)
+
+
+# --------------------------------------------------------------------------------------------------
+# One configuration: what a worker or a SLURM array task runs
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConfigurationJob:
+    """Everything one execution needs, as plain picklable data."""
+
+    grid: str
+    name: str
+    config: dict[str, Any]
+    run_dir: str
+    floor_cache: str
+    notebook: str
+    cwd: str
+    threads: int | None = None
+
+    def parameters(self) -> dict[str, Any]:
+        """The notebook's papermill parameters: the run configuration and where to write."""
+        return {**self.config, "run_dir": self.run_dir, "floor_cache": self.floor_cache, "progress": False}
+
+
+def _now() -> str:
+    return _dt.datetime.now().isoformat(timespec="seconds")
+
+
+def execute_configuration(job: ConfigurationJob) -> dict[str, Any]:
+    """Run the notebook for one configuration; returns (and writes to run_dir) its execution record.
+
+    Never raises for a failure inside the notebook or around it: the failure is the record.
+    """
+    run_dir = Path(job.run_dir)
+    if job.threads:
+        # The papermill kernel inherits this environment; torch reads OMP_NUM_THREADS at start-up, so
+        # N workers x T threads stay within the cores they were given.
+        for var in THREAD_VARIABLES:
+            os.environ[var] = str(job.threads)
+    record: dict[str, Any] = {"name": job.name, "status": "running", "config": job.config, "started": _now(),
+                              "host": socket.gethostname(), "threads": job.threads,
+                              "slurm_job_id": os.environ.get("SLURM_JOB_ID")}
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # Replace the previous record first: a kill from here on must not leave an old 'ok' behind.
+        save_json(record, run_dir / EXECUTION_FILE)
+        result = run_notebook(Path(job.notebook), run_dir, job.parameters(), cwd=Path(job.cwd),
+                              report=job.grid, progress=False)
+        record.update(status=result.status, elapsed_s=result.elapsed_s, failed_cell=result.failed_cell,
+                      error=result.error, html=result.html, ipynb=result.ipynb, artifacts=result.artifacts)
+    except Exception as exc:  # noqa: BLE001  (an unwritable folder, a missing notebook: still a record)
+        record.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+    record["finished"] = _now()
+    try:
+        save_json(record, run_dir / EXECUTION_FILE)
+    except Exception:  # noqa: BLE001  the parent still gets the record through the return value
+        pass
+    return record
+
+
+class SubmititTask(submitit.helpers.Checkpointable):
+    """The callable each submitit job runs. Checkpointable: on a timeout submitit requeues it with the
+    same job, which executes the notebook again and resumes training from the run's checkpoints."""
+
+    def __call__(self, job: ConfigurationJob) -> dict[str, Any]:
+        return execute_configuration(job)
+
+
+# --------------------------------------------------------------------------------------------------
+# State of a configuration on disk
+# --------------------------------------------------------------------------------------------------
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return load_json(path)
+    except (OSError, ValueError):
+        return None
+
+
+def is_finished(run_dir: Path, cfg: RunConfig) -> bool:
+    """COMPLETE, results.json present, and the last notebook execution succeeded for exactly ``cfg``."""
+    if not (is_complete(run_dir) and (run_dir / RESULTS_FILE).is_file()):
+        return False
+    record = _read(run_dir / EXECUTION_FILE)
+    if not record or record.get("status") != "ok":
+        return False
+    try:  # through RunConfig, so a key added since (at its default) does not make finished runs stale
+        return RunConfig.from_dict(record.get("config") or {}) == cfg
+    except ValueError:
+        return False
+
+
+def _summary(run_dir: Path) -> dict[str, Any] | None:
+    """The headline numbers of results.json, for grid.json (None when there are none)."""
+    results = _read(run_dir / RESULTS_FILE)
+    if not results:
+        return None
+    try:
+        energy = results["energy"]
+        return {
+            "median_ratio": energy["median"]["ratio"], "median_interval": [energy["median"]["low"], energy["median"]["high"]],
+            "median_bold": energy["median"]["bold"],
+            "mean_ratio": energy["mean"]["ratio"], "mean_interval": [energy["mean"]["low"], energy["mean"]["high"]],
+            "mean_bold": energy["mean"]["bold"],
+            "collapse": results["collapse"]["label"], "collapsed_fraction": results["collapse"]["fraction"],
+        }
+    except (KeyError, TypeError):
+        return None
+
+
+# --------------------------------------------------------------------------------------------------
+# The report of a grid run
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class GridEntry:
+    """One configuration's state in ``grid.json``. status: ok (ran now), skipped (finished earlier),
+    failed, running, submitted, pending."""
+
+    name: str
+    status: str = "pending"
+    run_dir: str = ""  # relative to the grid folder
+    elapsed_s: float | None = None
+    failed_cell: int | None = None
+    error: str | None = None
+    html: str | None = None  # relative to the grid folder
+    ipynb: str | None = None
+    job_id: str | None = None
+    summary: dict[str, Any] | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def absorb(self, record: Mapping[str, Any], grid_dir: Path) -> None:
+        """Take the status, failing cell, error and files from an execution record."""
+        self.status = record.get("status", "failed")
+        self.elapsed_s = record.get("elapsed_s")
+        self.failed_cell = record.get("failed_cell")
+        self.error = record.get("error")
+        run_dir = grid_dir / self.run_dir
+        self.html = f"{self.run_dir}/{record['html']}" if record.get("html") else None
+        self.ipynb = f"{self.run_dir}/{record['ipynb']}" if record.get("ipynb") else None
+        self.summary = _summary(run_dir)
+
+
+@dataclass
+class GridReport:
+    name: str
+    directory: Path
+    executor: str
+    entries: list[GridEntry]
+    finished: bool = False
+    source: Path | None = None
+
+    def by_status(self, status: str) -> list[GridEntry]:
+        return [e for e in self.entries if e.status == status]
+
+    @property
+    def failed(self) -> list[GridEntry]:
+        return self.by_status("failed")
+
+    @property
+    def ok(self) -> bool:
+        """Every configuration finished (now or earlier)."""
+        return all(e.status in ("ok", "skipped") for e in self.entries)
+
+    def entry(self, name: str) -> GridEntry:
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise KeyError(f"no configuration {name!r} in grid {self.name!r}; configurations: {[e.name for e in self.entries]}")
+
+    @property
+    def json_path(self) -> Path:
+        return self.directory / "grid.json"
+
+    @property
+    def index_path(self) -> Path:
+        return self.directory / "index.html"
+
+    def write(self) -> None:
+        """grid.json and index.html, each written atomically; called after every change of state."""
+        counts = {s: len(self.by_status(s)) for s in ("ok", "skipped", "failed", "running", "submitted", "pending")}
+        save_json({"grid": self.name, "source": str(self.source or ""), "executor": self.executor,
+                   "finished": self.finished, "written": _now(), "counts": counts,
+                   "configurations": [asdict(e) for e in self.entries]}, self.json_path)
+        os.chmod(self.json_path, 0o644)  # io's temporary files are 0600; a grid folder is read by others
+        # The runner's index shows a detail only for failed (cell and error) and skipped rows; the ratios
+        # are in grid.json ('summary') and in the summary notebook.
+        rows = [NotebookResult(name=e.name, status=e.status, elapsed_s=e.elapsed_s, failed_cell=e.failed_cell,
+                               error="finished earlier, not rerun" if e.status == "skipped" else e.error,
+                               html=e.html, ipynb=e.ipynb) for e in self.entries]
+        write_index(self.directory, f"grid {self.name}", rows, self.source, finished=self.finished)
+        # write_index also writes index.json in the runner's notebook format; grid.json is this grid's record.
+
+
+# --------------------------------------------------------------------------------------------------
+# Running a grid
+# --------------------------------------------------------------------------------------------------
+def _jobs(spec: GridSpec, grid_dir: Path, threads: int | None) -> list[ConfigurationJob]:
+    root = repo_root()
+    notebook = (root / spec.notebook).resolve()
+    if not notebook.is_file():
+        raise FileNotFoundError(f"grid {spec.name!r}: notebook {notebook} does not exist")
+    return [
+        ConfigurationJob(grid=spec.name, name=cfg.name, config=cfg.to_dict(), run_dir=str(grid_dir / cfg.name),
+                         floor_cache=str(grid_dir / "_floors"), notebook=str(notebook), cwd=str(root), threads=threads)
+        for cfg in spec.configs
+    ]
+
+
+def _log(msg: str) -> None:
+    print(f"[grid] {msg}", file=sys.stderr, flush=True)
+
+
+def _finish(report: GridReport, entry: GridEntry, record: Mapping[str, Any]) -> None:
+    entry.absorb(record, report.directory)
+    msg = f"{entry.name}: {entry.status}"
+    if entry.elapsed_s is not None:
+        msg += f" in {entry.elapsed_s:.1f} s"
+    if entry.status == "failed":
+        msg += f" (code cell {entry.failed_cell}: {entry.error})" if entry.failed_cell else f" ({entry.error})"
+    _log(msg)
+    report.write()
+
+
+def _run_local(report: GridReport, todo: list[tuple[GridEntry, ConfigurationJob]], workers: int) -> None:
+    # Each configuration runs in its own kernel process; the pool only drives them. 'spawn' keeps the
+    # workers free of whatever state (threads, torch) this process holds.
+    context = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = {pool.submit(execute_configuration, job): entry for entry, job in todo}
+        try:
+            remaining = set(futures)
+            while remaining:
+                done, remaining = cf.wait(remaining, timeout=5, return_when=cf.FIRST_COMPLETED)
+                started = [futures[f] for f in remaining if f.running() and futures[f].status == "pending"]
+                for entry in started:
+                    entry.status = "running"
+                for future in done:
+                    try:
+                        record = future.result()
+                    except Exception as exc:  # noqa: BLE001  a worker that died (killed, out of memory)
+                        record = {"status": "failed", "error": f"worker process failed: {type(exc).__name__}: {exc}"}
+                    _finish(report, futures[future], record)
+                if started and not done:
+                    report.write()
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _submitit_failure(job, exc: BaseException) -> dict[str, Any]:
+    where = ""
+    try:
+        where = f"; job log: {job.paths.stderr}"
+    except Exception:  # noqa: BLE001
+        pass
+    return {"status": "failed", "error": f"{type(exc).__name__}: {str(exc).strip()[-2000:]}{where}"}
+
+
+def _job_record(job, run_dir: Path) -> dict[str, Any]:
+    try:
+        return job.result()
+    except Exception as exc:  # noqa: BLE001  the job died outside the notebook (timeout, node failure)
+        record = _read(run_dir / EXECUTION_FILE)
+        if record and record.get("status") in ("ok", "failed"):
+            return record
+        return _submitit_failure(job, exc)
+
+
+def _run_submitit_local(report: GridReport, todo: list[tuple[GridEntry, ConfigurationJob]], workers: int,
+                        spec: GridSpec) -> None:
+    """submitit's LocalExecutor starts every submitted job at once, so at most ``workers`` are in flight."""
+    executor = submitit.AutoExecutor(folder=report.directory / "_submitit" / "%j", cluster="local")
+    executor.update_parameters(timeout_min=spec.local.timeout_min, name=f"heavytail-{spec.name}")
+    task = SubmititTask()
+    waiting = list(todo)
+    running: list[tuple[Any, GridEntry, ConfigurationJob]] = []
+    try:
+        while waiting or running:
+            while waiting and len(running) < workers:
+                entry, job = waiting.pop(0)
+                submitted = executor.submit(task, job)
+                entry.status, entry.job_id = "running", str(submitted.job_id)
+                running.append((submitted, entry, job))
+                report.write()
+            done = [item for item in running if item[0].done()]
+            for item in done:
+                running.remove(item)
+                submitted, entry, job = item
+                _finish(report, entry, _job_record(submitted, Path(job.run_dir)))
+            if not done:
+                time.sleep(0.5)
+    except BaseException:
+        for submitted, _, _ in running:
+            submitted.cancel(check=False)
+        raise
+
+
+def slurm_executor(spec: GridSpec, grid_dir: Path) -> "submitit.AutoExecutor":
+    """A submitit SLURM executor with the grid file's resources; job logs under ``<grid_dir>/_submitit/``.
+    (submitit refuses to build one where ``srun`` is not on the PATH.)"""
+    executor = submitit.AutoExecutor(folder=grid_dir / "_submitit" / "%j", cluster="slurm",
+                                     slurm_max_num_timeout=spec.slurm.max_num_timeout)
+    executor.update_parameters(**spec.slurm.executor_parameters(f"heavytail-{spec.name}"))
+    return executor
+
+
+# sacct states in which a job still holds, or will again hold, its run folder
+ACTIVE_SLURM_STATES = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING",
+                       "COMPLETING", "SUSPENDED", "RESIZING", "STAGE_OUT", "SIGNALING")
+
+
+def _slurm_state(grid_dir: Path, job_id: str) -> str:
+    """The job's state as sacct reports it (``UNKNOWN`` when sacct does not know the job)."""
+    job = submitit.SlurmJob(folder=grid_dir / "_submitit" / "%j", job_id=job_id)
+    return str(job.get_info(mode="force").get("State") or "UNKNOWN")
+
+
+def active_slurm_jobs(grid_dir: Path, names: Sequence[str]) -> dict[str, str]:
+    """Configurations an earlier submission of this grid still runs or queues: {name: job id}.
+
+    Submitting them again would train one run folder twice at once, so a re-run (e.g. after ``--no-wait``)
+    waits for these jobs instead. A job whose state cannot be read counts as active: never train twice.
+    """
+    previous = _read(grid_dir / "grid.json") or {}
+    active = {}
+    for entry in previous.get("configurations", []):
+        name, job_id = entry.get("name"), entry.get("job_id")
+        if name not in names or not job_id or entry.get("status") not in ("submitted", "running"):
+            continue
+        try:
+            state = _slurm_state(grid_dir, str(job_id))
+        except Exception as exc:  # noqa: BLE001
+            _log(f"{name}: could not read the state of SLURM job {job_id} ({exc}); not submitting it again")
+            state = "RUNNING"
+        if state.split()[0] in ACTIVE_SLURM_STATES:
+            active[name] = str(job_id)
+    return active
+
+
+def _run_slurm(report: GridReport, todo: list[tuple[GridEntry, ConfigurationJob]], spec: GridSpec,
+               wait: bool, earlier: list[tuple[GridEntry, ConfigurationJob]]) -> None:
+    """Submit ``todo`` as one job array; with ``wait``, also wait for ``earlier`` (jobs of a previous
+    submission that are still queued or running, their entries holding the job id)."""
+    jobs, owners = [], {}
+    if todo:
+        executor = slurm_executor(spec, report.directory)
+        submitted = executor.map_array(SubmititTask(), [job for _, job in todo])
+        for (entry, job), handle in zip(todo, submitted):
+            entry.status, entry.job_id = "submitted", str(handle.job_id)
+            owners[handle.job_id] = (entry, job)
+        jobs += submitted
+        report.write()
+        _log(f"submitted {len(submitted)} array tasks: {', '.join(str(j.job_id) for j in submitted)}")
+    for entry, job in earlier:
+        handle = submitit.SlurmJob(folder=report.directory / "_submitit" / "%j", job_id=entry.job_id)
+        owners[handle.job_id] = (entry, job)
+        jobs.append(handle)
+    if not wait or not jobs:
+        return
+    for handle in submitit.helpers.as_completed(jobs, poll_frequency=60):
+        entry, job = owners[handle.job_id]
+        _finish(report, entry, _job_record(handle, Path(job.run_dir)))
+
+
+def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpec", executor: str = "local",
+             workers: int | None = None, output_root: str | os.PathLike | None = None,
+             only: Sequence[str] | None = None, threads: int | None = None, wait: bool = True,
+             dry_run: bool = False) -> GridReport:
+    """Run every unfinished configuration of a grid; returns the report (also in grid.json / index.html).
+
+    ``only``: shell patterns of configuration names to run (the others are listed but not touched).
+    ``dry_run``: record the state on disk (finished or pending) and run nothing.
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor={executor!r} is not allowed; choose one of: {', '.join(EXECUTORS)}")
+    spec = GridSpec.load(grid_file_or_dict)
+    if workers is not None:
+        _positive_int(workers, "workers")
+    workers = workers or spec.local.workers
+    if threads is None:
+        threads = spec.slurm.cpus_per_task if executor == "slurm" else spec.local.threads(workers)
+    root = Path(output_root).resolve() if output_root is not None else repo_root() / "outputs"
+    grid_dir = root / spec.name
+    grid_dir.mkdir(parents=True, exist_ok=True)
+    jobs = _jobs(spec, grid_dir, threads)
+
+    selected = set(spec.names)
+    if only:
+        selected = {n for n in spec.names if any(fnmatch.fnmatchcase(n, pat) for pat in only)}
+        if not selected:
+            raise ValueError(f"--only {list(only)} matches no configuration of grid {spec.name!r}; "
+                             f"configurations: {spec.names}")
+
+    active = active_slurm_jobs(grid_dir, spec.names) if executor == "slurm" and not dry_run else {}
+    report = GridReport(name=spec.name, directory=grid_dir, executor=executor, entries=[], source=spec.source)
+    todo: list[tuple[GridEntry, ConfigurationJob]] = []
+    earlier: list[tuple[GridEntry, ConfigurationJob]] = []
+    for cfg, job in zip(spec.configs, jobs):
+        entry = GridEntry(name=cfg.name, run_dir=cfg.name, config=job.config)
+        run_dir = Path(job.run_dir)
+        previous = _read(run_dir / EXECUTION_FILE)
+        if is_finished(run_dir, cfg):
+            entry.absorb(previous, grid_dir)
+            entry.status = "skipped"
+        elif cfg.name in active:
+            entry.status, entry.job_id = "submitted", active[cfg.name]
+            earlier.append((entry, job))
+        elif cfg.name in selected and not dry_run:
+            todo.append((entry, job))
+        elif dry_run and previous and previous.get("status") == "running" and previous.get("config") == job.config:
+            entry.status = "running"  # as its own record says; a killed run also reads 'running' here
+        elif previous and previous.get("status") == "failed" and previous.get("config") == job.config:
+            entry.absorb(previous, grid_dir)  # not run this time: its last failure stays visible
+        report.entries.append(entry)
+    report.write()
+    n_skip = len(report.by_status("skipped"))
+    if earlier:
+        _log(f"not submitted again, still queued or running from an earlier submission: "
+             f"{', '.join(f'{e.name} (job {e.job_id})' for e, _ in earlier)}")
+    _log(f"{spec.name}: {len(spec.configs)} configurations, {n_skip} finished earlier, {len(todo)} to run "
+         f"({executor}, {workers if executor != 'slurm' else spec.slurm.array_parallelism} at once, "
+         f"{threads} threads each) -> {grid_dir}")
+
+    if executor == "slurm" and (todo or earlier):
+        _run_slurm(report, todo, spec, wait, earlier)
+    elif todo and executor == "local":
+        _run_local(report, todo, workers)
+    elif todo:
+        _run_submitit_local(report, todo, workers, spec)
+    report.finished = not any(e.status in ("pending", "running", "submitted") for e in report.entries)
+    report.write()
+    return report
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m heavytail grid",
+        description="Run every configuration of a grid file: one papermill execution of the ablation notebook "
+                    "each, writing <output-root>/<grid>/<config>/, grid.json and index.html.")
+    parser.add_argument("grid", help="grid YAML (e.g. params/grid_cpu.yaml); see heavytail.grid for the format")
+    parser.add_argument("--executor", choices=EXECUTORS, default="local",
+                        help="local: process pool here; slurm: submitit job array; submitit-local: submitit jobs "
+                             "as local processes")
+    parser.add_argument("--workers", type=int, default=None, help="configurations at once (default: local.workers)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads per notebook kernel (default: local.threads_per_worker, or cores / workers; "
+                             "slurm: slurm.cpus_per_task)")
+    parser.add_argument("--output-root", default=None, help="folder holding <grid>/ (default: <repo>/outputs)")
+    parser.add_argument("--only", nargs="+", default=None, metavar="PATTERN",
+                        help="run only configurations whose name matches one of these shell patterns")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="slurm: submit and return; run the same command later to collect (finished ones are skipped)")
+    parser.add_argument("--list", action="store_true", dest="dry_run",
+                        help="run nothing: list the configurations with their state and write grid.json / index.html")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m heavytail grid params/grid_cpu.yaml --executor local``; 0 when no configuration failed."""
+    args = build_parser().parse_args(argv)
+    try:
+        report = run_grid(args.grid, executor=args.executor, workers=args.workers, output_root=args.output_root,
+                          only=args.only, threads=args.threads, wait=not args.no_wait, dry_run=args.dry_run)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    width = max(len(e.name) for e in report.entries)
+    for e in report.entries:
+        line = f"  {e.name:<{width}}  {e.status}"
+        if e.status == "failed":
+            line += f"  code cell {e.failed_cell}: {e.error}" if e.failed_cell else f"  {e.error}"
+        print(line)
+    failed = report.failed
+    total = sum(e.elapsed_s or 0.0 for e in report.entries if e.status == "ok")
+    print(f"[grid] {report.name}: {len(report.by_status('ok'))} ran, {len(report.by_status('skipped'))} finished earlier, "
+          f"{len(failed)} failed; {total:.1f} s of notebook time; index: {report.index_path}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""The ablation grid: grid files, SLURM resources, and two tiny configurations run end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import stat
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+import yaml
+
+from heavytail.ablation import findings
+from heavytail.config import RunConfig
+from heavytail.evaluate import load_results
+from heavytail.grid import NOTEBOOK_EXTRAS, GridSpec, main, run_grid, slurm_executor
+from heavytail.report import repo_root
+from heavytail.train import train, training_log
+
+PARAMS = repo_root() / "params"
+
+
+def _smoke() -> dict:
+    return yaml.safe_load((PARAMS / "grid_smoke.yaml").read_text())
+
+
+# ------------------------------------------------------------------------------------ grid files
+def test_grid_files_enumerate_the_paper_ablation():
+    cpu = GridSpec.from_yaml(PARAMS / "grid_cpu.yaml")
+    assert len(cpu.configs) == 24 and {c.norm for c in cpu.configs} == {"post"}
+    assert {(c.benchmark, c.marginals) for c in cpu.configs} == {
+        ("sheared_swap", "mirrored_pareto"), ("sheared_swap", "gaussian"), ("matrix_inverse", "mirrored_pareto")}
+    assert {c.kernel for c in cpu.configs} == {"softmax", "squared_elu", "linear_elu", "log_elu"}
+    assert {c.symlog for c in cpu.configs} == {False, True}
+
+    paper = GridSpec.from_yaml(PARAMS / "grid_paper.yaml")
+    assert len(paper.configs) == 48 and {c.norm for c in paper.configs} == {"pre", "post"}
+    for c in paper.configs:  # Table 3
+        assert (c.n_points, c.trials_per_step, c.steps, c.eval_trials, c.eval_n_points) == (16384, 64, 50_000, 128, 16384)
+        assert (c.d_model, c.n_blocks, c.d_ff, c.n_heads, c.lr, c.bootstrap_resamples) == (256, 6, 512, 1, 1e-3, 2000)
+    assert paper.slurm.gpus_per_node == 1
+
+    smoke = GridSpec.from_yaml(PARAMS / "grid_smoke.yaml")
+    assert len(smoke.configs) == 2 and len(set(smoke.names)) == 2
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda g: g["axes"].update(lr=[1e-3, 1e-4]), r"axes \['lr'\].*one of tasks, kernel, norm, symlog, seed"),
+    (lambda g: g["axes"].update(kernel=["softmax", "relu"]) or g["base"].pop("kernel"), r"kernel='relu' is not allowed"),
+    (lambda g: g["axes"].update(kernel=["softmax", "softmax"]) or g["base"].pop("kernel"), r"share the name"),
+    (lambda g: g["axes"].update(kernel=[]) or g["base"].pop("kernel"), r"axis 'kernel'.*non-empty list"),
+    (lambda g: g["axes"]["tasks"].append({"benchmark": "sheared_swap"}), r"exactly the keys benchmark, marginals"),
+    (lambda g: g["axes"]["tasks"].append({"benchmark": "matrix_inverse", "marginals": "gaussian"}), r"Proposition 6"),
+    (lambda g: g["axes"].update(symlog=[True]), r"\['symlog'\] are set in both 'base' and 'axes'"),
+    (lambda g: g.update(slurm={"gpus": 1}), r"unknown key\(s\) \['gpus'\] in 'slurm'"),
+    (lambda g: g.update(local={"workers": 0}), r"local.workers=0"),
+    (lambda g: g.update(name="a/b"), r"'name'.*folder name"),
+    (lambda g: g.update(grid="x"), r"unknown top-level key\(s\) \['grid'\]"),
+])
+def test_bad_grids_are_refused_by_name(change, message):
+    grid = _smoke()
+    change(grid)
+    with pytest.raises(ValueError, match=message):
+        GridSpec.from_dict(grid)
+
+
+def test_slurm_resources_reach_the_sbatch_script(tmp_path, monkeypatch):
+    # submitit builds a SLURM executor only where srun exists; a stub on the PATH stands in for the cluster.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(stat.S_IRWXU)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    grid = yaml.safe_load((PARAMS / "grid_paper.yaml").read_text())
+    grid["slurm"].update(setup=["module load cuda"], additional={"account": "proj"}, partition="h200")
+    spec = GridSpec.from_dict(grid)
+    executor = slurm_executor(spec, tmp_path)
+    inner = executor._executor
+    inner.parameters["map_count"] = len(spec.configs)  # what map_array sets before writing the script
+    script = inner._make_submission_file_text("python -m submitit.core._submit x", "uid")
+    for line in ("--gpus-per-node=1", "--cpus-per-task=16", "--mem=128GB", "--time=1440", "--partition=h200",
+                 "--account=proj", "--array=0-47%48", "--job-name=heavytail-paper", "--signal=USR2@90"):
+        assert f"#SBATCH {line}\n" in script, line
+    assert "module load cuda" in script
+    assert inner.max_num_timeout == 3  # requeues after a timeout, each resuming from checkpoints
+
+
+def test_notebook_parameters_are_the_run_configuration():
+    """papermill parameters = the run configuration: the notebook's parameters cell holds RunConfig keys."""
+    nb = jupytext.read(repo_root() / "notebooks" / "04_ablation.py")
+    cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(cells) == 1
+    namespace: dict = {}
+    exec(cells[0].source, namespace)  # noqa: S102  (our own notebook's literal assignments)
+    names = {k for k in namespace if not k.startswith("__")}
+    config_keys = {f.name for f in dataclasses.fields(RunConfig)}
+    # Keys missing from the cell still arrive (papermill injects every key the grid passes); a name that
+    # is not a key would be silently ignored, so there must be none.
+    assert names - config_keys == set(NOTEBOOK_EXTRAS) | {"report", "output_root"}
+    assert {"benchmark", "marginals", "kernel", "norm", "symlog", "seed", "steps", "n_points"} <= names
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    # its own values make a valid configuration
+    RunConfig.from_dict({k: v for k, v in namespace.items() if k in config_keys and v is not None})
+
+
+def test_a_rerun_never_resubmits_a_configuration_slurm_still_runs(tmp_path, monkeypatch):
+    import heavytail.grid as grid_mod
+
+    states = {"7_0": "RUNNING", "7_1": "COMPLETED", "7_2": "PENDING", "7_3": "TIMEOUT", "7_4": "REQUEUED"}
+    monkeypatch.setattr(grid_mod, "_slurm_state", lambda grid_dir, job_id: states[job_id])
+    entries = [{"name": f"c{i}", "status": "submitted", "job_id": f"7_{i}"} for i in range(5)]
+    entries.append({"name": "c5", "status": "failed", "job_id": "7_5"})  # finished with a record: never looked up
+    (tmp_path / "grid.json").write_text(json.dumps({"configurations": entries}))
+    names = [f"c{i}" for i in range(6)]
+    assert grid_mod.active_slurm_jobs(tmp_path, names) == {"c0": "7_0", "c2": "7_2", "c4": "7_4"}
+    assert grid_mod.active_slurm_jobs(tmp_path, ["c1", "c3"]) == {}  # configurations no longer in the grid file
+
+    def unreadable(grid_dir, job_id):
+        raise RuntimeError("sacct: command not found")
+
+    monkeypatch.setattr(grid_mod, "_slurm_state", unreadable)
+    assert grid_mod.active_slurm_jobs(tmp_path, ["c1"]) == {"c1": "7_1"}  # unknown counts as active: never twice
+
+
+# ------------------------------------------------------------------------------------ end to end
+def _train_cell(executed: Path) -> int:
+    """1-based number, among code cells, of the cell that calls train()."""
+    nb = nbformat.read(executed, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    hits = [i + 1 for i, c in enumerate(code) if re.search(r"^train\(cfg", c.source, re.M)]
+    assert len(hits) == 1
+    return hits[0]
+
+
+@pytest.mark.slow
+def test_grid_runs_skips_finished_and_isolates_a_failing_cell(tmp_path):
+    grid = _smoke()
+    spec = GridSpec.from_dict(grid)
+    good, bad = spec.configs
+    grid_dir = tmp_path / "smoke"
+    # A folder already holding another configuration's run (the grid's base edited after a run): train()
+    # refuses to mix the two, so this configuration fails inside its training cell.
+    (grid_dir / bad.name).mkdir(parents=True)
+    (grid_dir / bad.name / "config.yaml").write_text(bad.replace(steps=bad.steps + 1).to_yaml())
+
+    # A configuration interrupted after 4 steps (a killed worker, a SLURM timeout) resumes, not restarts.
+    train(good, grid_dir / good.name, quiet=True, stop_after=4)
+
+    first = run_grid(grid, executor="submitit-local", workers=2, output_root=tmp_path)
+    assert [e.status for e in first.entries] == ["ok", "failed"]
+    failed = first.entry(bad.name)
+    assert "different configuration" in failed.error
+    assert failed.failed_cell == _train_cell(grid_dir / failed.ipynb)
+    assert (grid_dir / failed.html).is_file()  # the partial notebook is rendered, not lost
+
+    ok = first.entry(good.name)
+    run_dir = grid_dir / good.name
+    for name in ("COMPLETE", "results.json", "04_ablation.ipynb", "04_ablation.html", "execution.json",
+                 "04_ablation/fig5_transport.png", "04_ablation/energy_distribution.png",
+                 "04_ablation/training_curve.png"):
+        assert (run_dir / name).is_file(), name
+    results = load_results(run_dir)
+    assert ok.summary["median_ratio"] == results["energy"]["median"]["ratio"]
+    executed = (run_dir / "04_ablation.ipynb").read_text()
+    sentence = findings(results, skipped_steps=training_log(run_dir)[-1]["n_skipped"])
+    assert json.dumps(sentence)[1:-1] in executed  # the closing sentence is the one computed from results.json
+    assert "image/png" in executed
+    assert "training: resuming from step_00000004" in executed
+
+    recorded = json.loads((grid_dir / "grid.json").read_text())
+    assert recorded["finished"] and recorded["counts"]["ok"] == 1 and recorded["counts"]["failed"] == 1
+    assert [c["status"] for c in recorded["configurations"]] == ["ok", "failed"]
+    index = (grid_dir / "index.html").read_text()
+    assert f'href="{good.name}/04_ablation.html"' in index and f'href="{bad.name}/04_ablation.html"' in index
+    assert f"code cell {failed.failed_cell}" in index
+
+    # Re-run after clearing the conflict, with the process-pool executor: the finished one is skipped.
+    shutil.rmtree(grid_dir / bad.name)
+    stamp = (run_dir / "results.json").stat().st_mtime_ns
+    second = run_grid(grid, executor="local", workers=2, output_root=tmp_path)
+    assert [e.status for e in second.entries] == ["skipped", "ok"]
+    assert (run_dir / "results.json").stat().st_mtime_ns == stamp
+    assert second.ok and json.loads((grid_dir / "grid.json").read_text())["counts"]["skipped"] == 1
+
+    # The command line lists the state without running anything, and exits 0 with nothing failed.
+    grid_file = tmp_path / "grid.yaml"
+    grid_file.write_text(yaml.safe_dump(grid))
+    assert main([str(grid_file), "--output-root", str(tmp_path), "--list"]) == 0
+    assert [c["status"] for c in json.loads((grid_dir / "grid.json").read_text())["configurations"]] == ["skipped"] * 2
