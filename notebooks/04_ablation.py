@@ -59,6 +59,7 @@ precision = None
 checkpoint_every = 50
 log_every = 5
 eval_batch_trials = None
+track_attention = None
 # Where this configuration lives. run_dir None: <repo>/outputs/<report>/<configuration name>/.
 run_dir = None
 floor_cache = None  # None: <run_dir>/../_floors, shared by every configuration of a grid
