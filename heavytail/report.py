@@ -169,15 +169,19 @@ class ReportParams:
     report: str
     notebooks: dict[str, dict[str, Any]]
     source: Path | None = None
+    grid: str | None = None  # a grid file whose configurations replace the per-configuration notebook
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: Path | None = None) -> "ReportParams":
         where = f" in {source}" if source else ""
         if not isinstance(data, Mapping):
             raise ValueError(f"params{where} must be a mapping with keys 'report' and 'notebooks', got {type(data).__name__}")
-        unknown = set(data) - {"report", "notebooks"}
+        unknown = set(data) - {"report", "notebooks", "grid"}
         if unknown:
-            raise ValueError(f"unknown top-level keys {sorted(unknown)}{where}; allowed: 'report', 'notebooks'")
+            raise ValueError(f"unknown top-level keys {sorted(unknown)}{where}; allowed: 'report', 'notebooks', 'grid'")
+        grid = data.get("grid")
+        if grid is not None and not isinstance(grid, str):
+            raise ValueError(f"'grid'{where} must be the path of a grid file (e.g. params/grid_cpu.yaml), got {grid!r}")
         report = data.get("report")
         if not isinstance(report, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", report or ""):
             raise ValueError(f"'report'{where} must be a folder name of letters, digits, '_', '-', '.', got {report!r}")
@@ -195,7 +199,7 @@ class ReportParams:
             if clash:
                 raise ValueError(f"section {name!r}{where} sets {sorted(clash)}, which the runner injects itself")
             clean[str(name)] = dict(section)
-        return cls(report=report, notebooks=clean, source=source)
+        return cls(report=report, notebooks=clean, source=source, grid=grid)
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "ReportParams":
@@ -395,6 +399,8 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
         if bad:
             raise ValueError(f"--only names {bad} are not notebooks in {notebooks_dir}; choose from {names}")
     out_dir.mkdir(parents=True, exist_ok=True)
+    grid_spec = _grid_spec(params, root)
+    grid_notebook = (root / grid_spec.notebook).resolve() if grid_spec is not None else None
 
     results: list[NotebookResult] = []
     to_run: list[tuple[Path, NotebookResult]] = []
@@ -402,6 +408,8 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
         r = NotebookResult(name=src.stem)
         if only and src.stem not in only:
             r.status, r.error = "skipped", "not selected with --only"
+        elif grid_notebook is not None and src.resolve() == grid_notebook:
+            to_run.append((src, r))  # executed once per configuration, by the grid
         elif src.stem not in params.notebooks:
             r.status, r.error = "skipped", f"no section '{src.stem}' in the params file"
         else:
@@ -413,7 +421,10 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
         print(f"[report] {src.stem}: running", file=sys.stderr, flush=True)
         placeholder.status = "running"
         write_index(out_dir, params.report, results, params.source, finished=False)
-        done = run_notebook(src, out_dir, params.notebooks[src.stem], cwd=cwd, report=params.report, progress=progress)
+        if grid_notebook is not None and src.resolve() == grid_notebook:
+            done = _run_grid_step(grid_spec, src.stem, out_dir)
+        else:
+            done = run_notebook(src, out_dir, params.notebooks[src.stem], cwd=cwd, report=params.report, progress=progress)
         results[results.index(placeholder)] = done
         msg = f"[report] {done.name}: {done.status} in {done.elapsed_s:.1f} s"
         if done.status == "failed":
@@ -422,6 +433,40 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
         write_index(out_dir, params.report, results, params.source, finished=False)
     write_index(out_dir, params.report, results, params.source, finished=True)
     return results
+
+
+def _grid_spec(params: ReportParams, root: Path):
+    """The params file's grid, validated before any notebook runs (None when it names none)."""
+    if params.grid is None:
+        return None
+    from .grid import GridSpec
+
+    path = Path(params.grid)
+    return GridSpec.load(path if path.is_absolute() else root / path)
+
+
+def _run_grid_step(spec, name: str, out_dir: Path) -> NotebookResult:
+    """Run every configuration of the grid (each one execution of its notebook) as one report entry.
+
+    The grid writes its own folder, outputs/<grid name>/, with one run folder per configuration, grid.json
+    and an index; this entry links to that index and fails when any configuration failed.
+    """
+    from .grid import run_grid
+
+    start = time.time()
+    grid = run_grid(spec, executor="local")
+    result = NotebookResult(name=name, elapsed_s=time.time() - start, parameters={"grid": str(spec.source or spec.name)})
+    result.html = os.path.relpath(grid.index_path, out_dir)
+    failed = grid.failed
+    if failed:
+        result.status = "failed"
+        result.error = f"{len(failed)} of {len(grid.entries)} configurations failed: " + "; ".join(
+            f"{e.name} (cell {e.failed_cell}: {e.error})" for e in failed)
+    elif not grid.ok:
+        result.status, result.error = "failed", "the grid did not finish every configuration"
+    else:
+        result.status = "ok"
+    return result
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

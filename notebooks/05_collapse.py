@@ -40,8 +40,8 @@ study = {
 # label -> RunConfig overrides; each variant is one training run on the same data stream
 variants = {
     "softmax, SDPA (flash-style backward)": {"kernel": "softmax", "attention_backend": "sdpa"},
-    "softmax, dense float32 log-space (exact gradients)": {"kernel": "softmax", "attention_backend": "dense"},
-    "log-ELU, dense float32 (reference)": {"kernel": "log_elu", "attention_backend": "dense"},
+    "softmax, tiled float32 log-space (exact gradients)": {"kernel": "softmax", "attention_backend": "tiled"},
+    "log-ELU, tiled float32 (reference)": {"kernel": "log_elu", "attention_backend": "tiled"},
 }
 gradient_check_trials = 2  # evaluation trials replayed through each block for the gradient-accuracy check
 report = "scratch"  # injected by the report runner

@@ -29,7 +29,7 @@
 # values, which are shown next to ours and labelled as the paper's.
 
 # %% tags=["parameters"]
-grid_dir = "outputs/cpu"  # the grid's output folder <output_root>/<grid name>/ (params/grid_cpu.yaml: name cpu)
+grid_dir = "outputs/grid-cpu"  # the grid's output folder <output_root>/<grid name>/ (params/grid_cpu.yaml: name grid-cpu)
 report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner: where this notebook's figures and tables go
 filters = {}  # optional {RunConfig key: value} to select runs when a grid varies more than the ablation axes

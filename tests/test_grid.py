@@ -84,7 +84,7 @@ def test_slurm_resources_reach_the_sbatch_script(tmp_path, monkeypatch):
     inner.parameters["map_count"] = len(spec.configs)  # what map_array sets before writing the script
     script = inner._make_submission_file_text("python -m submitit.core._submit x", "uid")
     for line in ("--gpus-per-node=1", "--cpus-per-task=16", "--mem=128GB", "--time=1440", "--partition=h200",
-                 "--account=proj", "--array=0-47%48", "--job-name=heavytail-paper", "--signal=USR2@90"):
+                 "--account=proj", "--array=0-47%48", "--job-name=heavytail-grid-paper", "--signal=USR2@90"):
         assert f"#SBATCH {line}\n" in script, line
     assert "module load cuda" in script
     assert inner.max_num_timeout == 3  # requeues after a timeout, each resuming from checkpoints
@@ -142,7 +142,7 @@ def test_grid_runs_skips_finished_and_isolates_a_failing_cell(tmp_path):
     grid = _smoke()
     spec = GridSpec.from_dict(grid)
     good, bad = spec.configs
-    grid_dir = tmp_path / "smoke"
+    grid_dir = tmp_path / spec.name
     # A folder already holding another configuration's run (the grid's base edited after a run): train()
     # refuses to mix the two, so this configuration fails inside its training cell.
     (grid_dir / bad.name).mkdir(parents=True)

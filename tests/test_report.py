@@ -27,6 +27,8 @@ EXPECTED = {
     "03_identifiability": ["fig4_densities.png", "fig4_densities.svg", "recovery_vs_N.png", "recovery_vs_N.svg",
                            "prop6_energy.png", "prop6_energy.svg", "recovery_errors.csv", "prop6_energy.csv",
                            "center_mean_vs_median.csv"],
+    # no grid at smoke scale: Figures 12-13 are skipped with a note, the numerics study still runs
+    "05_collapse": ["collapse_onset_diagnostics.png", "collapse_onset_diagnostics.svg", "gradient_accuracy.csv"],
 }
 
 HEADER = """# ---
@@ -185,3 +187,35 @@ def test_artifacts_write_figures_and_tables(tmp_path):
     with pytest.raises(ValueError, match="NN_name"):
         artifacts("demo", output_root=tmp_path)
     assert not list(art.dir.glob(".*")), "no temporary files left behind"
+
+
+def test_the_grid_step_replaces_the_per_configuration_notebook(tmp_path, monkeypatch):
+    """A params file naming a grid runs the grid where its notebook (04_ablation) sits, and a failed
+    configuration fails that entry with the configuration's name and cell, without stopping the report."""
+    import heavytail.grid as grid_mod
+
+    calls = []
+
+    def fake_run_grid(spec, executor="local", **kw):
+        calls.append((spec.name, executor))
+        entries = [grid_mod.GridEntry(name=c.name, run_dir=c.name, config=c.to_dict()) for c in spec.configs]
+        entries[0].status = "ok"
+        entries[1].status, entries[1].failed_cell, entries[1].error = "failed", 3, "RuntimeError: boom"
+        return grid_mod.GridReport(name=spec.name, directory=tmp_path / spec.name, executor=executor, entries=entries,
+                                   finished=True)
+
+    monkeypatch.setattr(grid_mod, "run_grid", fake_run_grid)
+    params = ReportParams.from_dict({"report": "g", "grid": "params/grid_smoke.yaml", "notebooks": {}})
+    results = {r.name: r for r in run_report(params, output_dir=tmp_path / "out", only=["04_ablation"], progress=False)}
+    assert calls == [("grid-smoke", "local")]
+    entry = results["04_ablation"]
+    assert entry.status == "failed" and "1 of 2 configurations failed" in entry.error and "(cell 3: RuntimeError: boom)" in entry.error
+    assert entry.html.endswith("grid-smoke/index.html")
+
+
+def test_a_bad_grid_file_is_refused_before_any_notebook_runs(tmp_path):
+    bad = tmp_path / "grid.yaml"
+    bad.write_text("name: x\nbase: {}\naxes: {kernel: [relu]}\n")
+    params = ReportParams.from_dict({"report": "g", "grid": str(bad), "notebooks": {}})
+    with pytest.raises(ValueError, match="relu"):
+        run_report(params, output_dir=tmp_path / "out", progress=False)
