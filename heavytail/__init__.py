@@ -8,7 +8,11 @@ Measures" (Hargenrader, Calvello, Chen). Modules, one job each:
 - ``metrics``: energy distance, Wasserstein-2, Hill diagnostics, sampling floor and bootstrap (eqs. 9-11, 32-41).
 - ``kernels``, ``attention``, ``model``, ``transforms``: the attention-kernel suite (Table 1, eq. 7), the
   measure transformer (App. E.1) and symlog (eq. 8).
-- ``config``, ``train``, ``evaluate``: the training and evaluation harness (Table 3, App. H, I, J).
+- ``config``, ``train``, ``evaluate``, ``collapse``, ``io``: the training and evaluation harness (Table 3,
+  App. H, I, J): resumable runs with atomic files, the 128-trial evaluation, the collapse criterion.
+- ``testbed``, ``integrability``, ``identifiability``, ``ablation``, ``summary``, ``summary_plots``: the logic
+  behind the notebooks (Section 4.1, App. A, D, G, J), kept here so that it is tested.
+- ``report``, ``grid``: the papermill report runner and the ablation grid (local workers or SLURM).
 """
 
 __version__ = "0.1.0"

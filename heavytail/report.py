@@ -35,6 +35,7 @@ import argparse
 import csv
 import datetime as _dt
 import html
+import io
 import json
 import os
 import re
@@ -46,6 +47,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from .io import atomic_write_text
 
 NOTEBOOK_PATTERN = re.compile(r"^\d{2}_[A-Za-z0-9_]+$")
 RUNNER_PARAMETERS = ("report", "output_root")
@@ -67,20 +70,6 @@ def repo_root(start: str | os.PathLike | None = None) -> Path:
         if (folder / "pyproject.toml").is_file() and (folder / "heavytail").is_dir():
             return folder
     return Path(__file__).resolve().parent.parent
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and rename, so a kill never leaves a half file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are meant to be read by others
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _jsonable(obj: Any) -> Any:
@@ -123,7 +112,7 @@ class Artifacts:
         ``name`` ending in ``.csv``: a dict of equal-length columns or a list of row dicts."""
         target = self.path(name)
         if name.endswith(".json"):
-            _atomic_write_text(target, json.dumps(_jsonable(table), indent=2, sort_keys=False) + "\n")
+            atomic_write_text(target, json.dumps(_jsonable(table), indent=2, sort_keys=False) + "\n")
             return target
         if not name.endswith(".csv"):
             raise ValueError(f"table name must end in .csv or .json, got {name!r}")
@@ -138,13 +127,11 @@ class Artifacts:
         else:
             rows = [_jsonable(dict(r)) for r in table]
             header = list(rows[0]) if rows else []
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=header)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
+        buffer = io.StringIO(newline="")
+        writer = csv.DictWriter(buffer, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_text(target, buffer.getvalue())
         return target
 
 
@@ -278,7 +265,7 @@ def render_html(ipynb_path: Path, html_path: Path) -> None:
 
     nb = nbformat.read(ipynb_path, as_version=4)
     body, _ = HTMLExporter().from_notebook_node(nb)
-    _atomic_write_text(html_path, body)
+    atomic_write_text(html_path, body)
 
 
 def run_notebook(source: Path, out_dir: Path, parameters: Mapping[str, Any], cwd: Path,
@@ -374,8 +361,8 @@ def write_index(out_dir: Path, report: str, results: Sequence[NotebookResult], p
 </table></body></html>
 """
     index = out_dir / "index.html"
-    _atomic_write_text(index, body)
-    _atomic_write_text(out_dir / "index.json", json.dumps(
+    atomic_write_text(index, body)
+    atomic_write_text(out_dir / "index.json", json.dumps(
         {"report": report, "finished": finished, "params": str(params_source or ""),
          "notebooks": [_jsonable(r.__dict__) for r in results]}, indent=2) + "\n")
     return index

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import io
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from heavytail.distributions import SplicedPareto
+from heavytail.io import atomic_write_bytes
 
 STATISTICS = ("energy", "w2", "hill_gap")
 COLUMNS = ("budget", "seam", "a_star", "rep", *STATISTICS)
@@ -136,15 +137,10 @@ def sweep_cell(cfg: SweepConfig, i_budget: int, i_seam: int) -> dict[str, np.nda
 
 
 def _save_cell(path: Path, cell: dict[str, np.ndarray]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **cell)
-        os.replace(tmp, path)  # atomic: a killed run leaves either no cell or a whole one
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Atomic: a killed run leaves either no cell or a whole one."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **cell)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def run_sweep(cfg: SweepConfig = SweepConfig(), cache_dir: str | os.PathLike | None = None,
