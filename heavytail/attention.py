@@ -331,15 +331,19 @@ def kernel_attention(
         if kernel.name != "softmax":
             raise ValueError(f"backend='sdpa' computes softmax only, got kernel {kernel.name!r}; use 'flash' or 'flex'")
         return F.scaled_dot_product_attention(q, k, v)
-    if backend == "flex":
-        return _flex(q, k, v, kernel)
     dtype = q.dtype
     ct = _compute_dtype(dtype)
-    q, k, v = q.to(ct), k.to(ct), v.to(ct)
-    if backend == "dense":
-        out = _dense(q, k, v, kernel)
-    elif backend == "tiled":
-        out = _tiled(q, k, v, kernel, tile_elements, bool(compiled))
-    else:
-        out = _flash(q, k, v, kernel, tile_elements, compiled is not False)
+    # The paper's custom attention ran in float32 while the model stayed under bf16 autocast (App. E.4).
+    # Casting q, k, v is not enough: autocast would cast every matmul inside back to bf16, so it is
+    # switched off for the hand-written paths (softmax via SDPA above keeps the autocast precision).
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        q, k, v = q.to(ct), k.to(ct), v.to(ct)
+        if backend == "flex":
+            out = _flex(q, k, v, kernel)
+        elif backend == "dense":
+            out = _dense(q, k, v, kernel)
+        elif backend == "tiled":
+            out = _tiled(q, k, v, kernel, tile_elements, bool(compiled))
+        else:
+            out = _flash(q, k, v, kernel, tile_elements, compiled is not False)
     return out.to(dtype)

@@ -171,3 +171,17 @@ def test_auto_selection():
         kernel_attention(q.float(), k.float(), v.float(), "log_elu"),
         kernel_attention(q.float(), k.float(), v.float(), "log_elu", backend="flash"),
     )
+
+
+@pytest.mark.parametrize("backend", ["dense", "tiled", "flash"])
+def test_hand_written_attention_stays_float32_under_bf16_autocast(backend):
+    """App. E.4: the non-softmax kernels used float32 attention inside a bf16-autocast model. Under autocast
+    every matmul would silently drop to bf16 (relative error ~1e-2); the result must match float32 instead."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 96, 16, generator=g) for _ in range(3))
+    ref = kernel_attention(q.double(), k.double(), v.double(), "log_elu", backend="dense")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = kernel_attention(q, k, v, "log_elu", backend=backend)
+    assert out.dtype == torch.float32
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err < 1e-5, err  # float32 accuracy; bf16 matmuls give ~1e-3 to 1e-2 here
