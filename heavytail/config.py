@@ -25,8 +25,9 @@ MARGINALS = ("mirrored_pareto", "gaussian")
 KERNELS = ("softmax", "squared_elu", "linear_elu", "log_elu")
 NORMS = ("post", "pre")
 DEVICES = ("auto", "cpu", "cuda")
-# "float32": everything in float32. "bf16": the whole model under bfloat16 autocast, so that all
-# kernels are compared at one precision (the paper could not: Section 5, Limitations).
+# "float32": every kernel, softmax included, trained in float32: the common precision the paper could
+# not compare at (Section 5, Limitations). "bf16": the paper's recipe (App. E.4): the model under
+# bfloat16 autocast, softmax through SDPA/FlashAttention in bf16, the other kernels' attention in float32.
 PRECISIONS = ("float32", "bf16")
 BACKENDS = ("auto", "dense", "tiled", "flash", "flex", "sdpa")
 
