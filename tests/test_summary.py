@@ -82,7 +82,7 @@ def test_a_healthy_softmax_is_not_a_reproduced_collapse():
     assert v["slower-lower-than-softmax-sheared_swap"] == "not reproduced"
     assert v["softmax-collapses-matrix_inverse"] == "reproduced"
     found = {f["id"]: f for f in S.findings(S.aggregate(paper_like_grid(
-        {("sheared_swap", "mirrored_pareto", "softmax", False): dict(ratio=0.9, collapsed=False)}))))}
+        {("sheared_swap", "mirrored_pareto", "softmax", False): dict(ratio=0.9, collapsed=False)})))}
     # "the slower kernels avoid collapse" still holds, but the contrast with softmax must not be implied
     assert "Softmax did not collapse here either" in found["slower-avoid-collapse-sheared_swap"]["evidence"]
     assert "Softmax did not collapse" not in found["slower-avoid-collapse-matrix_inverse"]["evidence"]
