@@ -302,16 +302,20 @@ def _prepare_sets(u, v):
         raise ValueError(f"u and v are on different devices ({u.device}, {v.device})")
     check_finite(u, "u", event_ndim=1)
     check_finite(v, "v", event_ndim=1)
-    dtype = torch.promote_types(u.dtype, v.dtype)
+    return _broadcast_pair(u, v, ("u", "v"), event_ndim=2)
+
+
+def _broadcast_pair(a, b, names: tuple[str, str], event_ndim: int):
+    """Promote to a common dtype and broadcast the batch dimensions (all but the last ``event_ndim``)."""
+    dtype = torch.promote_types(a.dtype, b.dtype)
+    batch_a, batch_b = a.shape[:-event_ndim], b.shape[:-event_ndim]
     try:
-        batch = torch.broadcast_shapes(u.shape[:-2], v.shape[:-2])
+        batch = torch.broadcast_shapes(batch_a, batch_b)
     except RuntimeError as exc:
         raise ValueError(
-            f"batch dimensions of u {tuple(u.shape[:-2])} and v {tuple(v.shape[:-2])} do not broadcast"
+            f"batch dimensions of {names[0]} {tuple(batch_a)} and {names[1]} {tuple(batch_b)} do not broadcast"
         ) from exc
-    u = u.to(dtype).expand(batch + u.shape[-2:])
-    v = v.to(dtype).expand(batch + v.shape[-2:])
-    return u, v
+    return a.to(dtype).expand(batch + a.shape[-event_ndim:]), b.to(dtype).expand(batch + b.shape[-event_ndim:])
 
 
 def energy_distance(u, v, p: float = 1.0, block_size: int | None = None, *, backend: str = "auto") -> torch.Tensor:
@@ -371,15 +375,9 @@ def energy_distance_1d(x, y) -> torch.Tensor:
             raise ValueError(f"{name} must have shape (..., N) with N >= 1, got {tuple(t.shape)}")
     check_finite(x, "x")
     check_finite(y, "y")
-    dtype = torch.promote_types(x.dtype, y.dtype)
-    try:
-        batch = torch.broadcast_shapes(x.shape[:-1], y.shape[:-1])
-    except RuntimeError as exc:
-        raise ValueError(
-            f"batch dimensions of x {tuple(x.shape[:-1])} and y {tuple(y.shape[:-1])} do not broadcast"
-        ) from exc
+    x, y = _broadcast_pair(x, y, ("x", "y"), event_ndim=1)
     n, m = x.shape[-1], y.shape[-1]
-    z = torch.cat([x.to(dtype).expand(batch + (n,)), y.to(dtype).expand(batch + (m,))], -1)
+    z = torch.cat([x, y], -1)
     scale = float(_pow2_scales(z.reshape(1, -1, 1))[0]) if z.numel() else 1.0
     z_sorted, order = torch.sort(z, dim=-1)
     # F_U - F_V at each merged order statistic, from exact integer counts
@@ -390,4 +388,4 @@ def energy_distance_1d(x, y) -> torch.Tensor:
     z64 = z_sorted.to(torch.float64) * scale  # exact for float32 input; scale is a power of two
     gaps = z64[..., 1:] - z64[..., :-1]
     value = 2.0 * (gaps * cdf_gap[..., :-1].square()).sum(-1) / scale
-    return value.to(dtype)
+    return value.to(z.dtype)
