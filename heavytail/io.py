@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
@@ -41,6 +40,8 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> Path:
+    import torch  # here, not at module level: the report runner imports this module and needs no torch
+
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     return atomic_write_bytes(path, buffer.getvalue())
@@ -56,7 +57,7 @@ def _encode(value: Any) -> Any:
         return {str(k): _encode(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_encode(v) for v in value]
-    if isinstance(value, torch.Tensor):
+    if hasattr(value, "detach") and hasattr(value, "tolist"):  # a torch tensor, without importing torch
         return _encode(value.detach().cpu().tolist())
     if isinstance(value, np.ndarray):
         return _encode(value.tolist())
