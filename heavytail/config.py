@@ -30,6 +30,9 @@ DEVICES = ("auto", "cpu", "cuda")
 # bfloat16 autocast, softmax through SDPA/FlashAttention in bf16, the other kernels' attention in float32.
 PRECISIONS = ("float32", "bf16")
 BACKENDS = ("auto", "dense", "tiled", "flash", "flex", "sdpa")
+# Keys that change how a run is paced, placed or logged, never the numbers it produces: a run folder may
+# be resumed under other values, and runs differing only in these are the same configuration.
+PACING_KEYS = frozenset({"checkpoint_every", "log_every", "eval_batch_trials", "device", "track_attention"})
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class RunConfig:
     precision: str = "float32"
     checkpoint_every: int = 500
     log_every: int = 10
-    eval_batch_trials: int = 8  # trials per forward pass at evaluation: memory, not results
+    eval_batch_trials: int = 8  # trials per forward pass at evaluation: memory, not results (each trial draws from its own stream)
     # Log per-block attention statistics and gradient norms (App. I, future work): diagnostics only.
     track_attention: bool = False
 
@@ -116,8 +119,9 @@ class RunConfig:
     # --------------------------------------------------------------------------- derived
     @property
     def hill_k(self) -> int:
-        """k = floor(phi N) at the evaluation size (eq. 38)."""
-        return max(1, math.floor(self.hill_phi * self.eval_n_points))
+        """k = floor(phi N) at the evaluation size (eq. 38), rounded first as ``metrics.hill_k`` does
+        (0.29 * 100 is 28.999999999999996 in floating point, and must give 29)."""
+        return max(1, math.floor(round(self.hill_phi * self.eval_n_points, 9)))
 
     @property
     def name(self) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,20 @@ def _generator(seed: int, stream: int) -> torch.Generator:
     return torch.Generator().manual_seed(stream * 1_000 + seed)
 
 
+def _stream_seeds(trials_count: int, generator: torch.Generator, streams: int) -> torch.Tensor:
+    """(trials, streams) seeds: every ensemble of every trial gets its own generator, so the numbers do not
+    depend on how many trials share a forward pass (``eval_batch_trials`` is memory, not results)."""
+    return torch.randint(0, 2**62, (trials_count, streams), generator=generator)
+
+
+def _ensembles(sample, trials, seeds: torch.Tensor, n: int) -> torch.Tensor:
+    """(len(trials), n, 2): trial i's ensemble drawn with ``sample`` from its own seed ``seeds[i]``."""
+    return torch.cat([
+        sample(trials[i : i + 1], n, generator=torch.Generator().manual_seed(int(seeds[i])))
+        for i in range(len(trials))
+    ])
+
+
 def _latent(y: torch.Tensor, to_latent: torch.Tensor) -> torch.Tensor:
     """(T, N, 2) ensembles -> latent coordinates Y (T_i^-1)^T (App. J.1)."""
     return y.double() @ to_latent.transpose(-1, -2).to(y.device, torch.float64)
@@ -56,12 +71,13 @@ def _hill(latent: torch.Tensor, k: int) -> torch.Tensor:
 
 def _hill_curve(latent: torch.Tensor, n: int) -> torch.Tensor:
     """(len(HILL_CURVE_PHIS), T, 2) Hill estimates over thresholds."""
-    return torch.stack([_hill(latent, max(2, int(phi * n))) for phi in HILL_CURVE_PHIS])
+    return torch.stack([_hill(latent, max(2, math.floor(round(phi * n, 9)))) for phi in HILL_CURVE_PHIS])
 
 
 # ------------------------------------------------------------------------------------- floor
 def floor_key(cfg: RunConfig) -> str:
-    fields = (cfg.benchmark, cfg.marginals, cfg.eval_n_points, cfg.eval_trials, cfg.seed, cfg.loss_p, cfg.hill_phi)
+    fields = ("per-trial streams", cfg.benchmark, cfg.marginals, cfg.eval_n_points, cfg.eval_trials, cfg.seed,
+              cfg.loss_p, cfg.hill_phi)
     return hashlib.sha1(repr(fields).encode()).hexdigest()[:12]
 
 
@@ -75,18 +91,18 @@ def sampling_floor_pool(cfg: RunConfig, cache_dir: str | Path | None = None, qui
     bench = build_benchmark(cfg)
     gen = _generator(cfg.seed, _FLOOR_STREAM)
     trials = bench.sample_trials(cfg.eval_trials, generator=gen)
-    d_hat, hill2, hill3, curve2, curve3 = [], [], [], [], []
+    seeds = _stream_seeds(cfg.eval_trials, gen, 2)
+    d_hat, hill2, hill3, curve2 = [], [], [], []
     for lo in tqdm(range(0, cfg.eval_trials, cfg.eval_batch_trials), disable=quiet, desc="floor pool"):
-        part = trials[lo : lo + cfg.eval_batch_trials]
-        y2 = bench.sample_targets(part, cfg.eval_n_points, generator=gen)
-        y3 = bench.sample_targets(part, cfg.eval_n_points, generator=gen)
+        part, hi = trials[lo : lo + cfg.eval_batch_trials], lo + cfg.eval_batch_trials
+        y2 = _ensembles(bench.sample_targets, part, seeds[lo:hi, 0], cfg.eval_n_points)
+        y3 = _ensembles(bench.sample_targets, part, seeds[lo:hi, 1], cfg.eval_n_points)
         d_hat.append(energy_distance(y2, y3, p=cfg.loss_p))
         if cfg.marginals == "mirrored_pareto":
             z2, z3 = _latent(y2, part.output_to_latent), _latent(y3, part.output_to_latent)
             hill2.append(_hill(z2, cfg.hill_k))
             hill3.append(_hill(z3, cfg.hill_k))
             curve2.append(_hill_curve(z2, cfg.eval_n_points))
-            curve3.append(_hill_curve(z3, cfg.eval_n_points))
     pool: dict[str, Any] = {"key": floor_key(cfg), "d_hat": torch.cat(d_hat).double().tolist()}
     if hill2:
         pool["hill_y2"] = torch.cat(hill2).tolist()
@@ -119,14 +135,15 @@ def evaluate(
     bench = build_benchmark(cfg)
     gen = _generator(cfg.seed, _CANDIDATE_STREAM)
     trials = bench.sample_trials(cfg.eval_trials, generator=gen)
+    seeds = _stream_seeds(cfg.eval_trials, gen, 2)
     d, spread, hill_out, hill_y1, curve_out, curve_y1 = [], [], [], [], [], []
     for lo in tqdm(range(0, cfg.eval_trials, cfg.eval_batch_trials), disable=quiet, desc="evaluate"):
-        part = trials[lo : lo + cfg.eval_batch_trials]
-        x = bench.sample_inputs(part, cfg.eval_n_points, generator=gen).to(device)
-        y1 = bench.sample_targets(part, cfg.eval_n_points, generator=gen).to(device)
+        part, hi = trials[lo : lo + cfg.eval_batch_trials], lo + cfg.eval_batch_trials
+        x = _ensembles(bench.sample_inputs, part, seeds[lo:hi, 0], cfg.eval_n_points).to(device)
+        y1 = _ensembles(bench.sample_targets, part, seeds[lo:hi, 1], cfg.eval_n_points).to(device)
         out = model(x).float()  # float32, no autocast (Table 3: evaluation precision)
         finite = torch.isfinite(out).all(dim=(-1, -2))
-        # A diverged trial scores +inf rather than stopping the evaluation of the others.
+        # A diverged trial scores +inf (and NaN Hill estimates) rather than stopping the others.
         dist = torch.full((len(part),), float("inf"), dtype=torch.float64)
         if finite.any():
             dist[finite.cpu()] = energy_distance(out[finite], y1[finite], p=cfg.loss_p).double().cpu()
@@ -134,9 +151,14 @@ def evaluate(
         spread.append(spread_ratio(out, y1).cpu())
         if cfg.marginals == "mirrored_pareto":
             z_out, z_y1 = _latent(out, part.output_to_latent), _latent(y1, part.output_to_latent)
-            hill_out.append(_hill(z_out, cfg.hill_k).cpu())
+            h_out = torch.full((len(part), 2), math.nan, dtype=torch.float64)
+            c_out = torch.full((len(HILL_CURVE_PHIS), len(part), 2), math.nan, dtype=torch.float64)
+            if finite.any():
+                h_out[finite.cpu()] = _hill(z_out[finite], cfg.hill_k).double().cpu()
+                c_out[:, finite.cpu()] = _hill_curve(z_out[finite], cfg.eval_n_points).double().cpu()
+            hill_out.append(h_out)
+            curve_out.append(c_out)
             hill_y1.append(_hill(z_y1, cfg.hill_k).cpu())
-            curve_out.append(_hill_curve(z_out, cfg.eval_n_points).cpu())
             curve_y1.append(_hill_curve(z_y1, cfg.eval_n_points).cpu())
 
     d_all = torch.cat(d).numpy()

@@ -66,7 +66,7 @@ TRANSFORM_LABELS = {False: "none", True: "signed-log"}
 BENCHMARK_MARGINALS = {"sheared_swap": ("mirrored_pareto", "gaussian"), "matrix_inverse": ("mirrored_pareto",)}
 # Settings that change how a run is executed but not its results; runs differing only in these and in
 # the seed are seeds of one configuration.
-OPERATIONAL = frozenset({"seed", "device", "checkpoint_every", "log_every", "eval_batch_trials"})
+OPERATIONAL = PACING_KEYS | {"seed"}
 # What "What ran at this scale" prints, next to the paper's value (RunConfig defaults are Table 3).
 SCALE_FIELDS = ("n_points", "trials_per_step", "steps", "warmup_steps", "d_model", "n_blocks", "d_ff", "n_heads",
                 "lr", "precision", "attention_backend", "eval_trials", "eval_n_points", "bootstrap_resamples",

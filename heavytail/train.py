@@ -35,7 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .collapse import collapsed, spread_ratio
-from .config import RunConfig
+from .config import PACING_KEYS, RunConfig
 from .io import atomic_torch_save, atomic_write_text, dumps_json, read_jsonl, save_json
 
 COMPLETE = "COMPLETE"
@@ -132,9 +132,7 @@ def _check_config(run_dir: Path, cfg: RunConfig) -> None:
         atomic_write_text(saved_path, cfg.to_yaml())
         return
     saved = RunConfig.from_yaml(saved_path)
-    # these only change how the work is paced or reported, never the numbers it produces
-    pacing = {"checkpoint_every", "log_every", "eval_batch_trials", "device", "track_attention"}
-    diff = {k: (v, getattr(cfg, k)) for k, v in saved.to_dict().items() if k not in pacing and getattr(cfg, k) != v}
+    diff = {k: (v, getattr(cfg, k)) for k, v in saved.to_dict().items() if k not in PACING_KEYS and getattr(cfg, k) != v}
     if diff:
         listing = ", ".join(f"{k}: saved {a!r}, given {b!r}" for k, (a, b) in diff.items())
         raise ValueError(f"{run_dir} holds a run of a different configuration ({listing}); use another folder")
@@ -215,7 +213,7 @@ def train(
         return run_dir
 
     device = resolve_device(cfg)
-    from .metrics import energy_distance  # noqa: PLC0415  (keeps `import heavytail.train` light)
+    from .metrics import energy_distance  # noqa: PLC0415  (the compiled loss loads only when training)
 
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -229,7 +227,8 @@ def train(
 
     checkpoints = _checkpoints(run_dir)
     if checkpoints:
-        state = torch.load(checkpoints[-1], map_location=device, weights_only=False)
+        # On the CPU: RNG states must stay CPU tensors; load_state_dict moves weights and optimizer state.
+        state = torch.load(checkpoints[-1], map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])

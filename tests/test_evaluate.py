@@ -112,3 +112,35 @@ def test_attention_gradient_error_replays_a_real_block():
     err = attention_gradient_error(q, k, v, "linear_elu", "tiled")
     # float32 vs float64 on O(1) scores: a few float32 ulps, far below 1e-4
     assert max(err["q"], err["k"], err["v"]) < 1e-4 and err["max_abs_score"] > 0
+
+
+def test_results_do_not_depend_on_how_many_trials_share_a_forward_pass(tiny_run, tmp_path):
+    """eval_batch_trials is memory, not results: every ensemble has its own stream."""
+    import shutil
+
+    from heavytail.config import RunConfig
+
+    copy = tmp_path / "run"
+    shutil.copytree(tiny_run, copy, ignore=shutil.ignore_patterns("results.json"))
+    cfg = RunConfig.from_yaml(copy / "config.yaml")
+    (copy / "config.yaml").write_text(cfg.replace(eval_batch_trials=3).to_yaml())
+    a = evaluate(tiny_run, quiet=True, save=False)
+    b = evaluate(copy, quiet=True, save=False, floor_cache=tmp_path / "floors")
+    assert a["energy"]["d"] == b["energy"]["d"] and a["energy"]["d_hat"] == b["energy"]["d_hat"]
+
+
+class _DivergesOnFirstTrial(torch.nn.Module):
+    def forward(self, x):
+        out = x.clone()
+        out[0, 0, 0] = float("nan")
+        return out
+
+
+def test_a_diverged_trial_scores_inf_without_stopping_the_hill_diagnostic(tiny_run, monkeypatch):
+    _, cfg = load_model(tiny_run)
+    monkeypatch.setattr(evaluate_mod, "load_model", lambda run_dir, device="cpu": (_DivergesOnFirstTrial(), cfg))
+    res = evaluate(tiny_run, quiet=True, save=False)
+    d, batch = res["energy"]["d"], cfg.eval_batch_trials  # the first trial of every forward pass diverges
+    assert [math.isinf(v) for v in d] == [i % batch == 0 for i in range(len(d))]
+    hill = res["hill"]["axes"]["1"]
+    assert math.isnan(hill["hill_output"][0]) and math.isfinite(hill["hill_output"][1]) and hill["E"] == math.inf
