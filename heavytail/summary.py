@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .config import PACING_KEYS
 from .io import load_json, read_jsonl
 
 KERNELS = ("softmax", "squared_elu", "linear_elu", "log_elu")
