@@ -76,9 +76,8 @@ import submitit
 import yaml
 
 from .config import RunConfig
-from .io import load_json, save_json
+from .io import is_complete, load_json, save_json
 from .report import NotebookResult, repo_root, run_notebook, write_index
-from .train import is_complete
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 AXES = ("tasks", "kernel", "norm", "symlog", "seed")
@@ -473,7 +472,6 @@ class GridReport:
         save_json({"grid": self.name, "source": str(self.source or ""), "executor": self.executor,
                    "finished": self.finished, "written": _now(), "counts": counts,
                    "configurations": [asdict(e) for e in self.entries]}, self.json_path)
-        os.chmod(self.json_path, 0o644)  # io's temporary files are 0600; a grid folder is read by others
         # The runner's index shows a detail only for failed (cell and error) and skipped rows; the ratios
         # are in grid.json ('summary') and in the summary notebook.
         rows = [NotebookResult(name=e.name, status=e.status, elapsed_s=e.elapsed_s, failed_cell=e.failed_cell,

@@ -18,6 +18,14 @@ from typing import Any
 import numpy as np
 
 
+# A run folder is finished only when this marker exists; it is written last (heavytail.train).
+COMPLETE = "COMPLETE"
+
+
+def is_complete(run_dir: str | Path) -> bool:
+    return (Path(run_dir) / COMPLETE).exists()
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

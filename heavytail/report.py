@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .io import atomic_write_text
+from .io import atomic_write_text, dumps_json
 
 NOTEBOOK_PATTERN = re.compile(r"^\d{2}_[A-Za-z0-9_]+$")
 RUNNER_PARAMETERS = ("report", "output_root")
@@ -73,7 +73,7 @@ def repo_root(start: str | os.PathLike | None = None) -> Path:
 
 
 def _jsonable(obj: Any) -> Any:
-    """Convert numpy / torch scalars and arrays into plain Python for JSON."""
+    """Convert numpy / torch scalars and arrays into plain Python values for CSV cells."""
     if isinstance(obj, Mapping):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -112,7 +112,7 @@ class Artifacts:
         ``name`` ending in ``.csv``: a dict of equal-length columns or a list of row dicts."""
         target = self.path(name)
         if name.endswith(".json"):
-            atomic_write_text(target, json.dumps(_jsonable(table), indent=2, sort_keys=False) + "\n")
+            atomic_write_text(target, dumps_json(table, indent=2) + "\n")  # inf/NaN as tagged strings (heavytail.io)
             return target
         if not name.endswith(".csv"):
             raise ValueError(f"table name must end in .csv or .json, got {name!r}")
@@ -362,9 +362,9 @@ def write_index(out_dir: Path, report: str, results: Sequence[NotebookResult], p
 """
     index = out_dir / "index.html"
     atomic_write_text(index, body)
-    atomic_write_text(out_dir / "index.json", json.dumps(
+    atomic_write_text(out_dir / "index.json", dumps_json(
         {"report": report, "finished": finished, "params": str(params_source or ""),
-         "notebooks": [_jsonable(r.__dict__) for r in results]}, indent=2) + "\n")
+         "notebooks": [r.__dict__ for r in results]}, indent=2) + "\n")
     return index
 
 

@@ -36,9 +36,8 @@ from tqdm.auto import tqdm
 
 from .collapse import collapsed, spread_ratio
 from .config import PACING_KEYS, RunConfig
-from .io import atomic_torch_save, atomic_write_text, dumps_json, read_jsonl, save_json
+from .io import COMPLETE, atomic_torch_save, atomic_write_text, dumps_json, is_complete, read_jsonl, save_json
 
-COMPLETE = "COMPLETE"
 KEEP_CHECKPOINTS = 2
 
 
@@ -136,10 +135,6 @@ def _check_config(run_dir: Path, cfg: RunConfig) -> None:
     if diff:
         listing = ", ".join(f"{k}: saved {a!r}, given {b!r}" for k, (a, b) in diff.items())
         raise ValueError(f"{run_dir} holds a run of a different configuration ({listing}); use another folder")
-
-
-def is_complete(run_dir: str | Path) -> bool:
-    return (Path(run_dir) / COMPLETE).exists()
 
 
 def load_model(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, RunConfig]:
