@@ -31,9 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from heavytail.operators import ETA_RANGES, LOCATION, OMEGA_T_RANGES, qud_matrix, shear_matrix
-
-MARGINALS = ("mirrored_pareto", "gaussian")
+from heavytail.operators import ETA_RANGES, LOCATION, MARGINALS, OMEGA_T_RANGES, qud_matrix, shear_matrix
 
 
 def _check_points(x: Tensor, name: str = "x") -> Tensor:

@@ -14,6 +14,7 @@ import math
 import torch
 from torch import Tensor
 
+from heavytail.energy import check_finite
 from heavytail.kernels import get_kernel
 
 
@@ -25,9 +26,8 @@ def running_log_normalizer(scores: Tensor, kernel) -> Tensor:
     """
     k = get_kernel(kernel)
     s = torch.as_tensor(scores, dtype=torch.float64)
-    if not torch.isfinite(s).all():
-        raise ValueError(f"scores contain {int((~torch.isfinite(s)).sum())} non-finite values; normalizers need finite scores")
-    n = torch.arange(1, s.shape[-1] + 1, dtype=torch.float64)
+    check_finite(s, "scores")
+    n = torch.arange(1, s.shape[-1] + 1, dtype=torch.float64, device=s.device)
     return torch.logcumsumexp(k.log_g(s), dim=-1) - torch.log(n)
 
 

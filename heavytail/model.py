@@ -103,7 +103,9 @@ class KernelSelfAttention(nn.Module):
         q, k, v = self._heads(self.q(x)), self._heads(self.k(x)), self._heads(self.v(x))
         out = kernel_attention(q, k, v, self.cfg.kernel, backend=self.cfg.backend, tile_elements=self.cfg.tile_elements)
         if stats is not None:
-            with torch.no_grad():
+            # Outside autocast: under bf16 autocast the score matmul would drop back to bf16, a poor
+            # diagnostic when heavy-tailed scores reach ~1e6 (the attention itself runs in float32).
+            with torch.no_grad(), torch.autocast(device_type=q.device.type, enabled=False):
                 # Points are exchangeable (no positional encoding), so the first rows are as
                 # good a sample of query rows as any. (B, H, r, L); cheap: r x L, not N x L.
                 w = attention_weights(q[..., : self.cfg.stats_rows, :].float(), k.float(), self.cfg.kernel)
