@@ -71,6 +71,16 @@ def scaled_scores(q: Tensor, k: Tensor) -> Tensor:
     return (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
 
 
+def max_abs_score(q: Tensor, k: Tensor, tile_elements: int = DEFAULT_TILE_ELEMENTS) -> Tensor:
+    """max |S| over every entry of eq. 1, ``(..., N, d), (..., L, d) -> ()``, one tile of query rows at a
+    time so memory stays O(tile_elements) (the full N x L score matrix never exists)."""
+    rows = max(1, tile_elements // max(1, k.shape[-2] * math.prod(q.shape[:-2])))
+    best = q.new_zeros(())
+    for start in range(0, q.shape[-2], rows):
+        best = torch.maximum(best, scaled_scores(q[..., start : start + rows, :], k).abs().amax())
+    return best
+
+
 def attention_weights(q: Tensor, k: Tensor, kernel: str | Kernel) -> Tensor:
     """A_g(S) of eq. 7 in log space: ``(..., N, d), (..., L, d) -> (..., N, L)``; rows sum to 1."""
     kernel = get_kernel(kernel)

@@ -3,7 +3,7 @@
 A grid file names a set of run configurations: a ``base`` mapping of :class:`~heavytail.config.RunConfig`
 keys shared by all of them and ``axes`` whose Cartesian product (in the file's order) gives the
 configurations. Each configuration is ONE papermill execution of ``notebooks/04_ablation.py`` (through
-:func:`heavytail.report.run_notebook`) whose run folder ``<output_root>/<grid>/<config.name>/`` holds
+:func:`heavytail.report.run_notebook`) whose run folder ``<output_root>/<grid>/<folder_name>/`` holds
 the training run (config.yaml, metrics.jsonl, checkpoints/, COMPLETE), ``results.json``, the executed
 notebook and its HTML, the notebook's figures, and ``execution.json`` (this module's record of the
 last execution). Grid file format::
@@ -36,9 +36,12 @@ last execution). Grid file format::
       setup: []                      # shell lines run before the job (module load ..., conda activate ...)
       additional: {}                 # extra #SBATCH options, e.g. {account: proj, qos: normal}
 
-Axes may only be ``tasks``, ``kernel``, ``norm``, ``symlog`` and ``seed``: the axes that
-:attr:`RunConfig.name` spells out, so every configuration gets its own folder. Everything else is
-``base``. Every configuration is validated by RunConfig before anything runs.
+An axis is either a :class:`~heavytail.config.RunConfig` key with a list of values (``lr: [1e-3, 3e-3]``,
+``attention_backend: [sdpa, tiled]``), or any other name with a list of mappings of RunConfig keys that
+travel together (``tasks`` above; ``sizes: [{n_points: 256, trials_per_step: 16}, ...]``). Each
+configuration's folder name is its :attr:`RunConfig.name` followed by ``-key=value`` for every other key
+that varies in the grid (:func:`folder_name`), so every configuration gets its own stable, filesystem-safe
+folder. Every configuration is validated by RunConfig before anything runs.
 
 A configuration is *finished*, and skipped on a re-run, when its run is COMPLETE, ``results.json``
 exists, and its last notebook execution succeeded with exactly the same configuration. Anything
@@ -80,7 +83,8 @@ from .io import is_complete, load_json, save_json
 from .report import NotebookResult, repo_root, run_notebook, write_index
 
 EXECUTORS = ("local", "slurm", "submitit-local")
-AXES = ("tasks", "kernel", "norm", "symlog", "seed")
+# The keys RunConfig.name spells; any other key that varies in a grid is appended to the folder name.
+NAMED_KEYS = ("benchmark", "marginals", "kernel", "norm", "symlog", "seed")
 TASK_KEYS = ("benchmark", "marginals")
 DEFAULT_NOTEBOOK = "notebooks/04_ablation.py"
 EXECUTION_FILE = "execution.json"
@@ -218,10 +222,11 @@ class GridSpec:
             raise ValueError(f"'notebook'{where} must be the path of a py:percent notebook, got {notebook!r}")
         base = _mapping(data.get("base"), "base", where)
         axes = _mapping(data.get("axes"), "axes", where)
-        configs = _expand(name, base, axes, where)
+        configs, names = _expand(name, base, axes, where)
         return cls(
             name=name,
             configs=configs,
+            names=names,
             notebook=notebook,
             local=_settings(LocalSettings, data.get("local"), "local", where),
             slurm=_settings(SlurmSettings, data.get("slurm"), "slurm", where),
@@ -243,36 +248,64 @@ class GridSpec:
             return cls.from_dict(grid)
         return cls.from_yaml(grid)
 
-    @property
-    def names(self) -> list[str]:
-        return [cfg.name for cfg in self.configs]
+    names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.names:
+            object.__setattr__(self, "names", tuple(cfg.name for cfg in self.configs))
+        if len(self.names) != len(self.configs):
+            raise ValueError("GridSpec needs one folder name per configuration")
 
 
-def _expand(name: str, base: dict[str, Any], axes: dict[str, Any], where: str) -> tuple[RunConfig, ...]:
-    """The Cartesian product of the axes over the base, each validated by RunConfig."""
-    unknown = [a for a in axes if a not in AXES]
-    if unknown:
-        raise ValueError(
-            f"axes {unknown}{where} are not allowed: an axis must be one of {', '.join(AXES)} (the keys the "
-            f"configuration's folder name spells out); put a single value of any other key in 'base'"
-        )
-    covered = {k for a in axes for k in (TASK_KEYS if a == "tasks" else (a,))}
-    clash = sorted(covered & set(base))
-    if clash:
-        raise ValueError(f"key(s) {clash}{where} are set in both 'base' and 'axes'; set each in one place")
+def format_value(value: Any) -> str:
+    """A configuration value as it appears in a folder name: stable and filesystem-safe."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value).replace("+", "")  # 0.003, 1e-05, 50000.0
+    return str(value)
+
+
+def folder_name(cfg: RunConfig, varying: Sequence[str]) -> str:
+    """``cfg.name`` plus ``-key=value`` for each varying key it does not already spell (RunConfig order)."""
+    order = [f.name for f in fields(RunConfig)]
+    extra = [k for k in order if k in varying and k not in NAMED_KEYS]
+    name = cfg.name + "".join(f"-{k}={format_value(getattr(cfg, k))}" for k in extra)
+    if not set(name) <= _NAME_CHARS | {"="}:
+        raise ValueError(f"configuration folder name {name!r} has characters outside letters, digits, '_.=-'; "
+                         f"use simpler values for {extra}")
+    return name
+
+
+def _expand(name: str, base: dict[str, Any], axes: dict[str, Any], where: str
+            ) -> tuple[tuple[RunConfig, ...], tuple[str, ...]]:
+    """The Cartesian product of the axes over the base, each validated by RunConfig, and their folder names."""
+    keys = {f.name for f in fields(RunConfig)}
     levels: list[list[dict[str, Any]]] = []
+    varying: set[str] = set()
     for axis, values in axes.items():
         if not isinstance(values, list) or not values:
             raise ValueError(f"axis '{axis}'{where} must be a non-empty list, got {values!r}")
-        if axis == "tasks":
-            level = []
-            for task in values:
-                if not isinstance(task, Mapping) or set(task) != set(TASK_KEYS):
-                    raise ValueError(f"each entry of axis 'tasks'{where} must be a mapping with exactly the keys "
-                                     f"{', '.join(TASK_KEYS)}; got {task!r}")
-                level.append(dict(task))
-        else:
+        if axis in keys:
             level = [{axis: v} for v in values]
+        else:
+            level = []
+            for group in values:
+                if not isinstance(group, Mapping) or not group or not set(group) <= keys:
+                    raise ValueError(
+                        f"axis '{axis}'{where} is not a configuration key, so each of its entries must be a "
+                        f"mapping of configuration keys that vary together (like 'tasks'); got {group!r}. "
+                        f"Configuration keys: {', '.join(sorted(keys))}")
+                level.append(dict(group))
+            if axis == "tasks" and any(set(g) != set(TASK_KEYS) for g in level):
+                raise ValueError(f"each entry of axis 'tasks'{where} must be a mapping with exactly the keys "
+                                 f"{', '.join(TASK_KEYS)}; got {values!r}")
+        covered = {k for group in level for k in group}
+        clash = sorted(covered & (set(base) | {k for lv in levels for g in lv for k in g}))
+        if clash:
+            raise ValueError(f"key(s) {clash}{where} are set in more than one place ('base' or another axis); "
+                             f"set each in one place")
+        varying |= {k for k in covered if len({repr(g.get(k)) for g in level}) > 1}
         levels.append(level)
     configs, seen = [], {}
     for combo in itertools.product(*levels):
@@ -283,14 +316,15 @@ def _expand(name: str, base: dict[str, Any], axes: dict[str, Any], where: str) -
             cfg = RunConfig.from_dict(values)
         except ValueError as err:
             raise ValueError(f"grid '{name}'{where}: configuration {combo} is invalid: {err}") from None
-        if cfg.name in seen:
-            raise ValueError(f"grid '{name}'{where}: two configurations share the name {cfg.name!r}; "
+        folder = folder_name(cfg, sorted(varying))
+        if folder in seen:
+            raise ValueError(f"grid '{name}'{where}: two configurations share the folder {folder!r}; "
                              f"an axis lists a value twice")
-        seen[cfg.name] = cfg
+        seen[folder] = cfg
         configs.append(cfg)
     if not configs:
         raise ValueError(f"grid '{name}'{where} has no configurations")
-    return tuple(configs)
+    return tuple(configs), tuple(seen)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -490,9 +524,9 @@ def _jobs(spec: GridSpec, grid_dir: Path, threads: int | None) -> list[Configura
     if not notebook.is_file():
         raise FileNotFoundError(f"grid {spec.name!r}: notebook {notebook} does not exist")
     return [
-        ConfigurationJob(grid=spec.name, name=cfg.name, config=cfg.to_dict(), run_dir=str(grid_dir / cfg.name),
+        ConfigurationJob(grid=spec.name, name=folder, config=cfg.to_dict(), run_dir=str(grid_dir / folder),
                          floor_cache=str(grid_dir / "_floors"), notebook=str(notebook), cwd=str(root), threads=threads)
-        for cfg in spec.configs
+        for cfg, folder in zip(spec.configs, spec.names)
     ]
 
 
@@ -686,16 +720,16 @@ def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpe
     todo: list[tuple[GridEntry, ConfigurationJob]] = []
     earlier: list[tuple[GridEntry, ConfigurationJob]] = []
     for cfg, job in zip(spec.configs, jobs):
-        entry = GridEntry(name=cfg.name, run_dir=cfg.name, config=job.config)
+        entry = GridEntry(name=job.name, run_dir=job.name, config=job.config)
         run_dir = Path(job.run_dir)
         previous = _read(run_dir / EXECUTION_FILE)
         if is_finished(run_dir, cfg):
             entry.absorb(previous, grid_dir)
             entry.status = "skipped"
-        elif cfg.name in active:
-            entry.status, entry.job_id = "submitted", active[cfg.name]
+        elif job.name in active:
+            entry.status, entry.job_id = "submitted", active[job.name]
             earlier.append((entry, job))
-        elif cfg.name in selected and not dry_run:
+        elif job.name in selected and not dry_run:
             todo.append((entry, job))
         elif dry_run and previous and previous.get("status") == "running" and previous.get("config") == job.config:
             entry.status = "running"  # as its own record says; a killed run also reads 'running' here

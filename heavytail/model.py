@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from heavytail.attention import BACKENDS, DEFAULT_TILE_ELEMENTS, attention_weights, kernel_attention
+from heavytail.attention import BACKENDS, DEFAULT_TILE_ELEMENTS, attention_weights, kernel_attention, max_abs_score
 from heavytail.kernels import KERNEL_NAMES, get_kernel
 from heavytail.transforms import symexp, symlog
 
@@ -112,6 +112,15 @@ class KernelSelfAttention(nn.Module):
                 entropy = -(w * torch.log(w.clamp_min(torch.finfo(w.dtype).tiny))).sum(-1)
                 stats["attn_max_weight"] = w.amax(-1).mean()
                 stats["attn_entropy_ratio"] = (entropy / math.log(k.shape[-2])).mean() if k.shape[-2] > 1 else entropy.mean()
+                # Collapse precursors (App. I): the largest |S| of eq. 1 over every query row (the
+                # quantity that breaks flash-style softmax backwards), and the spectral norm of the
+                # score form W_Q^h W_K^h^T / sqrt(d_h), largest over heads, which bounds |S| / (|x| |x'|).
+                stats["max_abs_score"] = max_abs_score(q.float(), k.float(), self.cfg.tile_elements)
+                d_head = q.shape[-1]
+                wq = self.q.weight.float().view(self.cfg.n_heads, d_head, -1)
+                wk = self.k.weight.float().view(self.cfg.n_heads, d_head, -1)
+                form = wq.transpose(-1, -2) @ wk / math.sqrt(d_head)  # (H, D, D)
+                stats["qk_spectral_norm"] = torch.linalg.matrix_norm(form, ord=2).amax()
         b, h, n, dh = out.shape
         return self.o(out.transpose(1, 2).reshape(b, n, h * dh))
 
@@ -147,7 +156,9 @@ class MeasureTransformer(nn.Module):
     tensors for collapse diagnostics: ``attn_max_weight`` (mean over sampled query rows of the
     largest attention weight; 1 = a row attends to a single point), ``attn_entropy_ratio`` (row
     entropy / log L; 0 = collapsed, 1 = uniform) from the first ``cfg.stats_rows`` query rows, and
-    ``resid_norm`` (mean L2 norm of the residual stream after the block). Off by default: it
+    ``resid_norm`` (mean L2 norm of the residual stream after the block), ``max_abs_score`` (largest
+    scaled score |S| of eq. 1 over all query rows) and ``qk_spectral_norm`` (spectral norm of
+    W_Q W_K^T / sqrt(d_h), largest over heads). Off by default: it
     costs one ``stats_rows x N`` weight matrix per block.
 
     With ``symlog=True`` the output passes through ``symexp`` in at least float32, which clamps

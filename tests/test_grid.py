@@ -49,14 +49,36 @@ def test_grid_files_enumerate_the_paper_ablation():
     assert len(smoke.configs) == 2 and len(set(smoke.names)) == 2
 
 
+def test_any_configuration_key_is_an_axis_and_names_every_varying_key():
+    grid = _smoke()
+    for key in ("attention_backend", "n_points", "trials_per_step"):
+        grid["base"].pop(key, None)
+    grid["axes"] = {"lr": [1e-3, 3e-3], "attention_backend": ["dense", "tiled"],
+                    "sizes": [{"n_points": 64, "trials_per_step": 4}, {"n_points": 128, "trials_per_step": 2}],
+                    "precision": ["float32"]}
+    spec = GridSpec.from_dict(grid)
+    assert len(spec.configs) == 8 and len(set(spec.names)) == 8
+    first = spec.configs[0]
+    assert (first.lr, first.attention_backend, first.n_points, first.trials_per_step) == (1e-3, "dense", 64, 4)
+    # Every key that varies is spelled; one that takes a single value (precision) is not.
+    assert spec.names[0] == (f"{first.name}-attention_backend=dense-lr=0.001-n_points=64-trials_per_step=4")
+    assert all("precision" not in n for n in spec.names)
+    for cfg, name in zip(spec.configs, spec.names):
+        assert f"lr={cfg.lr!r}" in name and f"n_points={cfg.n_points}" in name
+    # Stable: the same file gives the same names.
+    assert GridSpec.from_dict(grid).names == spec.names
+
+
 @pytest.mark.parametrize("change, message", [
-    (lambda g: g["axes"].update(lr=[1e-3, 1e-4]), r"axes \['lr'\].*one of tasks, kernel, norm, symlog, seed"),
+    (lambda g: g["axes"].update(learning_rate=[1e-3, 1e-4]), r"axis 'learning_rate'.*not a configuration key"),
+    (lambda g: g["axes"].update(sizes=[{"n_points": 64, "widths": 3}]), r"axis 'sizes'.*mapping of configuration keys"),
+    (lambda g: g["axes"].update(lr=[1e-3, 0.0]), r"lr=0.0 is not allowed"),
     (lambda g: g["axes"].update(kernel=["softmax", "relu"]) or g["base"].pop("kernel"), r"kernel='relu' is not allowed"),
-    (lambda g: g["axes"].update(kernel=["softmax", "softmax"]) or g["base"].pop("kernel"), r"share the name"),
+    (lambda g: g["axes"].update(kernel=["softmax", "softmax"]) or g["base"].pop("kernel"), r"share the folder"),
     (lambda g: g["axes"].update(kernel=[]) or g["base"].pop("kernel"), r"axis 'kernel'.*non-empty list"),
     (lambda g: g["axes"]["tasks"].append({"benchmark": "sheared_swap"}), r"exactly the keys benchmark, marginals"),
     (lambda g: g["axes"]["tasks"].append({"benchmark": "matrix_inverse", "marginals": "gaussian"}), r"Proposition 6"),
-    (lambda g: g["axes"].update(symlog=[True]), r"\['symlog'\] are set in both 'base' and 'axes'"),
+    (lambda g: g["axes"].update(symlog=[True]), r"\['symlog'\] are set in more than one place"),
     (lambda g: g.update(slurm={"gpus": 1}), r"unknown key\(s\) \['gpus'\] in 'slurm'"),
     (lambda g: g.update(local={"workers": 0}), r"local.workers=0"),
     (lambda g: g.update(name="a/b"), r"'name'.*folder name"),
