@@ -12,7 +12,8 @@ Measures" (Hargenrader, Calvello, Chen). Modules, one job each:
   App. H, I, J): resumable runs with atomic files, the 128-trial evaluation, the collapse criterion.
 - ``testbed``, ``integrability``, ``identifiability``, ``ablation``, ``summary``, ``summary_plots``: the logic
   behind the notebooks (Section 4.1, App. A, D, G, J), kept here so that it is tested.
-- ``report``, ``grid``: the papermill report runner and the ablation grid (local workers or SLURM).
+- ``artifacts``: what notebooks import (the repository root, their figure and table folder).
+- ``pipeline``: the batch pipeline, one way down: ``report`` -> ``grid`` -> ``notebook`` (papermill) -> io.
 """
 
 __version__ = "0.1.0"

@@ -11,8 +11,8 @@ import sys
 _COMMANDS = {
     "train": ("heavytail.train", "Train one configuration (resumes an existing run folder)."),
     "evaluate": ("heavytail.evaluate", "Evaluate a finished run: 128-trial ratios, floors, Hill diagnostics."),
-    "report": ("heavytail.report", "Execute the notebooks with papermill and render the HTML report."),
-    "grid": ("heavytail.grid", "Run every configuration of a grid file (local workers or SLURM)."),
+    "report": ("heavytail.pipeline.report", "Execute the notebooks with papermill and render the HTML report."),
+    "grid": ("heavytail.pipeline.grid", "Run every configuration of a grid file (local workers or SLURM)."),
 }
 
 

@@ -161,7 +161,7 @@ def collect_runs(grid_dir: str | Path) -> Collected:
 
 
 def grid_status(grid_dir: str | Path) -> dict[str, Any] | None:
-    """The grid runner's record ``<grid_dir>/grid.json`` (:mod:`heavytail.grid`), or None when absent:
+    """The grid runner's record ``<grid_dir>/grid.json`` (:mod:`heavytail.pipeline.grid`), or None when absent:
     {"grid", "finished", "counts", "configurations": [{"name", "status", "failed_cell", "error", ...}]}."""
     path = Path(grid_dir) / "grid.json"
     if not path.is_file():
@@ -696,7 +696,7 @@ def cell_text(value: Any) -> str:
 
 
 def records(table: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The table as flat rows of text (for CSV, :meth:`heavytail.report.Artifacts.save_table`)."""
+    """The table as flat rows of text (for CSV, :meth:`heavytail.artifacts.Artifacts.save_table`)."""
     return [{c: cell_text(row.get(c)) for c in table["columns"]} for row in table["rows"]]
 
 

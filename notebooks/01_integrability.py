@@ -47,7 +47,7 @@ from IPython.display import Markdown, display
 from heavytail.distributions import MirroredPareto, Pareto, ShiftedGaussian
 from heavytail.integrability import gaussian_softmax_log_normalizer, running_log_normalizer, symlog_pareto_sf
 from heavytail.kernels import KERNEL_NAMES, get_kernel
-from heavytail.report import artifacts, repo_root
+from heavytail.artifacts import artifacts, repo_root
 from heavytail.transforms import symlog
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; all paths below are from the repo root

@@ -45,7 +45,7 @@ import torch
 from IPython.display import Markdown, display
 
 from heavytail.distributions import SplicedPareto
-from heavytail.report import artifacts, repo_root
+from heavytail.artifacts import artifacts, repo_root
 from heavytail.testbed import STATISTICS, SweepConfig, curves_table, hill_k, noise_unit_curves, run_sweep
 
 os.chdir(repo_root())  # papermill runs in the caller's folder

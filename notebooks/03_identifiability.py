@@ -50,7 +50,7 @@ from heavytail import identifiability as idf
 from heavytail.distributions import A_MIN, MirroredPareto, Pareto, ShiftedGaussian
 from heavytail.metrics import energy_distance
 from heavytail.operators import EXCHANGE, LOCATION, Benchmark, Trials, shear_matrix
-from heavytail.report import artifacts, repo_root
+from heavytail.artifacts import artifacts, repo_root
 
 os.chdir(repo_root())  # papermill runs in the caller's folder
 art = artifacts("03_identifiability", report=report, output_root=output_root)

@@ -82,7 +82,7 @@ from IPython.display import Markdown, display
 from heavytail.ablation import figure5_trial, findings, transport_sample
 from heavytail.config import RunConfig
 from heavytail.evaluate import evaluate, load_results
-from heavytail.report import artifacts, repo_root
+from heavytail.artifacts import artifacts, repo_root
 from heavytail.train import build_benchmark, is_complete, load_model, resolve_device, train, training_log
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repository root

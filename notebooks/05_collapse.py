@@ -60,7 +60,7 @@ from IPython.display import Markdown, display
 from heavytail.collapse import attention_gradient_error, attention_inputs, collapse_onset, rolling_median, spread_ratio
 from heavytail.config import RunConfig
 from heavytail.evaluate import evaluate, load_results
-from heavytail.report import artifacts, repo_root
+from heavytail.artifacts import artifacts, repo_root
 from heavytail.summary import collect_runs, filter_runs
 from heavytail.train import build_benchmark, is_complete, load_model, train, training_log
 

@@ -47,7 +47,7 @@ from IPython.display import HTML, Markdown, display
 
 from heavytail import summary as S
 from heavytail import summary_plots as P
-from heavytail.report import artifacts, repo_root
+from heavytail.artifacts import artifacts, repo_root
 
 root = repo_root()
 grid_path = Path(grid_dir) if Path(grid_dir).is_absolute() else root / grid_dir

@@ -18,8 +18,8 @@ import yaml
 from heavytail.ablation import findings
 from heavytail.config import RunConfig
 from heavytail.evaluate import load_results
-from heavytail.grid import NOTEBOOK_EXTRAS, GridSpec, main, run_grid, slurm_executor
-from heavytail.report import repo_root
+from heavytail.pipeline.grid import NOTEBOOK_EXTRAS, GridSpec, main, run_grid, slurm_executor
+from heavytail.artifacts import repo_root
 from heavytail.train import train, training_log
 
 PARAMS = repo_root() / "params"
@@ -131,7 +131,7 @@ def test_notebook_parameters_are_the_run_configuration():
 
 
 def test_a_rerun_never_resubmits_a_configuration_slurm_still_runs(tmp_path, monkeypatch):
-    import heavytail.grid as grid_mod
+    import heavytail.pipeline.grid as grid_mod
 
     states = {"7_0": "RUNNING", "7_1": "COMPLETED", "7_2": "PENDING", "7_3": "TIMEOUT", "7_4": "REQUEUED"}
     monkeypatch.setattr(grid_mod, "_slurm_state", lambda grid_dir, job_id: states[job_id])

@@ -12,8 +12,9 @@ from pathlib import Path
 import jupytext
 import pytest
 
-from heavytail import report
-from heavytail.report import Artifacts, ReportParams, artifacts, repo_root, run_report
+from heavytail.artifacts import Artifacts, artifacts, repo_root
+from heavytail.pipeline import report
+from heavytail.pipeline.report import ReportParams, run_report
 
 ROOT = repo_root(Path(__file__).parent)
 SMOKE = ROOT / "params" / "smoke.yaml"
@@ -51,7 +52,7 @@ report = "scratch"
 output_root = None
 
 # %%
-from heavytail.report import artifacts
+from heavytail.artifacts import artifacts
 art = artifacts("{name}", report=report, output_root=output_root)
 art.save_table("x.json", {{"x": x}})
 
@@ -192,7 +193,7 @@ def test_artifacts_write_figures_and_tables(tmp_path):
 def test_the_grid_step_replaces_the_per_configuration_notebook(tmp_path, monkeypatch):
     """A params file naming a grid runs the grid where its notebook (04_ablation) sits, and a failed
     configuration fails that entry with the configuration's name and cell, without stopping the report."""
-    import heavytail.grid as grid_mod
+    import heavytail.pipeline.grid as grid_mod
 
     calls = []
 
@@ -204,7 +205,7 @@ def test_the_grid_step_replaces_the_per_configuration_notebook(tmp_path, monkeyp
         return grid_mod.GridReport(name=spec.name, directory=tmp_path / spec.name, executor=executor, entries=entries,
                                    finished=True)
 
-    monkeypatch.setattr(grid_mod, "run_grid", fake_run_grid)
+    monkeypatch.setattr(report, "run_grid", fake_run_grid)
     params = ReportParams.from_dict({"report": "g", "grid": "params/grid_smoke.yaml", "notebooks": {}})
     results = {r.name: r for r in run_report(params, output_dir=tmp_path / "out", only=["04_ablation"], progress=False)}
     assert calls == [("grid-smoke", "local")]

@@ -251,7 +251,8 @@ def test_the_summary_builds_its_tables_from_two_tiny_finished_runs(tiny_grid):
 def test_the_summary_notebook_runs_on_two_tiny_runs(tiny_grid, tmp_path):
     import csv
 
-    from heavytail.report import repo_root, run_notebook
+    from heavytail.artifacts import repo_root
+    from heavytail.pipeline.notebook import run_notebook
 
     root = repo_root()
     result = run_notebook(root / "notebooks" / "06_summary.py", tmp_path, {"grid_dir": str(tiny_grid)},

@@ -3,7 +3,7 @@
 A grid file names a set of run configurations: a ``base`` mapping of :class:`~heavytail.config.RunConfig`
 keys shared by all of them and ``axes`` whose Cartesian product (in the file's order) gives the
 configurations. Each configuration is ONE papermill execution of ``notebooks/04_ablation.py`` (through
-:func:`heavytail.report.run_notebook`) whose run folder ``<output_root>/<grid>/<folder_name>/`` holds
+:func:`heavytail.pipeline.notebook.run_notebook`) whose run folder ``<output_root>/<grid>/<folder_name>/`` holds
 the training run (config.yaml, metrics.jsonl, checkpoints/, COMPLETE), ``results.json``, the executed
 notebook and its HTML, the notebook's figures, and ``execution.json`` (this module's record of the
 last execution). Grid file format::
@@ -78,9 +78,10 @@ from typing import Any, Mapping, Sequence
 import submitit
 import yaml
 
-from .config import RunConfig
-from .io import is_complete, load_json, save_json
-from .report import NotebookResult, repo_root, run_notebook, write_index
+from ..artifacts import repo_root
+from ..config import RunConfig
+from ..io import is_complete, load_json, save_json
+from .notebook import NotebookResult, run_notebook, write_index
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 # The keys RunConfig.name spells; any other key that varies in a grid is appended to the folder name.
@@ -764,7 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m heavytail grid",
         description="Run every configuration of a grid file: one papermill execution of the ablation notebook "
                     "each, writing <output-root>/<grid>/<config>/, grid.json and index.html.")
-    parser.add_argument("grid", help="grid YAML (e.g. params/grid_cpu.yaml); see heavytail.grid for the format")
+    parser.add_argument("grid", help="grid YAML (e.g. params/grid_cpu.yaml); see heavytail.pipeline.grid for the format")
     parser.add_argument("--executor", choices=EXECUTORS, default="local",
                         help="local: process pool here; slurm: submitit job array; submitit-local: submitit jobs "
                              "as local processes")

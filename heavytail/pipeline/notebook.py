@@ -1,0 +1,200 @@
+"""Execute one notebook: jupytext converts the ``.py`` source, papermill runs it, nbconvert renders HTML.
+
+Pipeline per notebook (``notebooks/NN_name.py``, jupytext py:percent, python3 kernelspec in the header):
+
+1. jupytext converts the ``.py`` source to ``.ipynb`` (papermill cannot read a ``.py`` notebook);
+2. papermill executes it with the repository root as working directory and the given parameters injected
+   after the cell tagged ``parameters`` (plus ``report`` and ``output_root``, which :func:`run_notebook`
+   injects itself: notebooks pass them to :func:`heavytail.artifacts.artifacts`);
+3. nbconvert renders the executed notebook (complete or partial) to HTML.
+
+A failure inside the notebook is a :class:`NotebookResult` with its failing code cell, never an exception.
+:func:`write_index` writes the ``index.html`` / ``index.json`` listing of a folder of executed notebooks
+(the report's and each grid's). The lowest layer of :mod:`heavytail.pipeline`: it imports only
+:mod:`heavytail.io` and :mod:`heavytail.artifacts`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..artifacts import NOTEBOOK_PATTERN
+from ..io import atomic_write_text, dumps_json
+
+RUNNER_PARAMETERS = ("report", "output_root")
+STATUSES = ("ok", "failed", "skipped", "running", "pending")
+
+
+@dataclass
+class NotebookResult:
+    name: str
+    status: str = "pending"
+    elapsed_s: float | None = None
+    failed_cell: int | None = None  # 1-based index among code cells, as a reader counts them
+    error: str | None = None
+    html: str | None = None  # relative to the report folder
+    ipynb: str | None = None
+    artifacts: list[str] = field(default_factory=list)
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def _require_notebook_tools() -> None:
+    """Fail before any notebook runs when the notebook extra is missing, saying how to install it."""
+    import importlib.util
+
+    missing = [m for m in ("jupytext", "papermill", "nbconvert", "ipykernel") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ModuleNotFoundError(f"the report needs {', '.join(missing)} in {sys.executable}; install the notebook "
+                                  "extra: pip install -e '.[notebooks]' (or run `make report`, which does)")
+
+
+def discover_notebooks(notebooks_dir: Path) -> list[Path]:
+    """The ``NN_name.py`` notebook sources of ``notebooks_dir``, in file-name order."""
+    if not notebooks_dir.is_dir():
+        raise FileNotFoundError(f"notebooks folder {notebooks_dir} does not exist")
+    return sorted(p for p in notebooks_dir.glob("*.py") if NOTEBOOK_PATTERN.match(p.stem))
+
+
+def _code_cell_number(nb, cell_index: int | None) -> int | None:
+    """Papermill reports the failing cell's index among all cells; readers count code cells."""
+    if cell_index is None:
+        return None
+    count = 0
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            count += 1
+        if i == cell_index:
+            return count
+    return None
+
+
+def _failing_cell(nb) -> tuple[int | None, str | None]:
+    """Find the first code cell with an error output in an executed notebook (1-based code-cell number)."""
+    count = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        count += 1
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                return count, f"{out.get('ename')}: {out.get('evalue')}"
+    return None, None
+
+
+def render_html(ipynb_path: Path, html_path: Path) -> None:
+    """Render an executed notebook to standalone HTML with nbconvert."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(ipynb_path, as_version=4)
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    atomic_write_text(html_path, body)
+
+
+def run_notebook(source: Path, out_dir: Path, parameters: Mapping[str, Any], cwd: Path,
+                 report: str, progress: bool = True) -> NotebookResult:
+    """Convert, execute and render one notebook; never raises for a failure inside the notebook."""
+    import jupytext
+    import nbformat
+    import papermill as pm
+
+    name = source.stem
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = NotebookResult(name=name, status="running", parameters=dict(parameters))
+    out_ipynb = out_dir / f"{name}.ipynb"
+    out_html = out_dir / f"{name}.html"
+    art_dir = out_dir / name
+    # Stale figures from an earlier run must not look like this run's output.
+    shutil.rmtree(art_dir, ignore_errors=True)
+    for stale in (out_ipynb, out_html):
+        stale.unlink(missing_ok=True)
+    injected = {**parameters, "report": report, "output_root": str(out_dir.resolve())}
+
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f"heavytail-report-{name}-") as tmp:
+        src_ipynb = Path(tmp) / f"{name}.ipynb"
+        try:
+            nb = jupytext.read(source)
+            kernel = (nb.metadata.get("kernelspec") or {}).get("name")
+            if not kernel:
+                raise ValueError(f"{source} has no kernelspec in its jupytext header; add the python3 kernelspec")
+            nbformat.write(nb, src_ipynb)
+            pm.execute_notebook(
+                str(src_ipynb), str(out_ipynb), parameters=injected, cwd=str(cwd),
+                kernel_name=kernel, progress_bar=progress, log_output=False, request_save_on_cell_execute=True,
+            )
+            result.status = "ok"
+        except pm.PapermillExecutionError as exc:
+            result.status = "failed"
+            executed = nbformat.read(out_ipynb, as_version=4) if out_ipynb.exists() else None
+            number, _ = _failing_cell(executed) if executed is not None else (None, None)
+            result.failed_cell = number if number is not None else _code_cell_number(nb, exc.cell_index)
+            result.error = f"{exc.ename}: {exc.evalue}"
+        except Exception as exc:  # conversion, kernel start-up, bad parameters: still a failed entry
+            result.status = "failed"
+            result.error = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
+    result.elapsed_s = time.perf_counter() - start
+
+    if out_ipynb.exists():
+        result.ipynb = out_ipynb.name
+        try:
+            render_html(out_ipynb, out_html)
+            result.html = out_html.name
+        except Exception as exc:  # a rendering failure is reported, not fatal to the report
+            result.status = "failed"
+            result.error = (result.error + "; " if result.error else "") + f"HTML rendering failed: {exc}"
+    if art_dir.is_dir():
+        result.artifacts = sorted(str(p.relative_to(out_dir)) for p in art_dir.rglob("*")
+                                  if p.is_file() and not p.name.startswith("."))
+    return result
+
+
+def write_index(out_dir: Path, report: str, results: Sequence[NotebookResult], params_source: Path | None,
+                finished: bool) -> Path:
+    """Write ``index.html`` (and ``index.json``) for the report; rewritten after every notebook so a killed
+    run shows 'running'/'pending' entries rather than a complete-looking report."""
+    colors = {"ok": "#1a7f37", "failed": "#cf222e", "skipped": "#6e7781", "running": "#9a6700", "pending": "#6e7781"}
+    rows = []
+    for r in results:
+        link = f'<a href="{html.escape(r.html)}">{html.escape(r.name)}</a>' if r.html else html.escape(r.name)
+        detail = ""
+        if r.status == "failed":
+            cell = f"code cell {r.failed_cell} of the executed notebook: " if r.failed_cell is not None else ""
+            detail = f"{cell}{html.escape(r.error or 'unknown error')}"
+        elif r.status == "skipped":
+            detail = html.escape(r.error or "")
+        elapsed = f"{r.elapsed_s:.1f} s" if r.elapsed_s is not None else ""
+        arts = ", ".join(f'<a href="{html.escape(a)}">{html.escape(Path(a).name)}</a>' for a in r.artifacts)
+        rows.append(
+            f"<tr><td>{link}</td><td style='color:{colors.get(r.status, '#000')};font-weight:bold'>{r.status}</td>"
+            f"<td>{elapsed}</td><td>{detail}</td><td style='font-size:small'>{arts}</td></tr>"
+        )
+    n_failed = sum(r.status == "failed" for r in results)
+    state = ("complete" if finished else "in progress (or interrupted)")
+    stamp = _dt.datetime.now().isoformat(timespec="seconds")
+    body = f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>heavytail report: {html.escape(report)}</title>
+<style>body{{font-family:sans-serif;margin:2em}} td,th{{border-bottom:1px solid #ddd;padding:4px 8px;vertical-align:top;text-align:left}}</style>
+</head><body>
+<h1>heavytail report: {html.escape(report)}</h1>
+<p>Run {state}; {n_failed} failed of {len(results)} notebooks. Params: {html.escape(str(params_source or ''))}. Written {stamp}.</p>
+<table><tr><th>notebook</th><th>status</th><th>elapsed</th><th>detail</th><th>artifacts</th></tr>
+{chr(10).join(rows)}
+</table></body></html>
+"""
+    index = out_dir / "index.html"
+    atomic_write_text(index, body)
+    atomic_write_text(out_dir / "index.json", dumps_json(
+        {"report": report, "finished": finished, "params": str(params_source or ""),
+         "notebooks": [r.__dict__ for r in results]}, indent=2) + "\n")
+    return index
