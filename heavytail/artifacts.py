@@ -3,6 +3,10 @@
 What notebooks import, so it stays light: no torch, papermill, submitit or jupyter. The report runner
 (:mod:`heavytail.pipeline`) injects ``report`` and ``output_root`` into every notebook it executes; the
 notebook passes them to :func:`artifacts`, which owns the artifact paths ``<output_root>/<notebook>/``.
+
+Two conventions the report's landing page reads: every figure goes through :meth:`Artifacts.save_figure`,
+which saves it and shows it where the notebook discusses it; each notebook ends with
+:meth:`Artifacts.conclude`, its one-sentence conclusion computed from its numbers, naming its key figure.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import csv
 import io
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -18,6 +23,8 @@ from typing import Any, Mapping
 from .io import atomic_write_text, dumps_json
 
 NOTEBOOK_PATTERN = re.compile(r"^\d{2}_[A-Za-z0-9_]+$")
+CONCLUSION_FILE = "conclusion.json"  # {"sentence": str, "figure": figure name or null}; read by the landing page
+FIGURE_FORMATS = ("png", "svg")
 
 
 def repo_root(start: str | os.PathLike | None = None) -> Path:
@@ -59,15 +66,49 @@ class Artifacts:
         return self.dir / name
 
     def save_figure(self, fig, name: str, dpi: int = 150) -> list[Path]:
-        """Save a matplotlib figure as ``name.png`` and ``name.svg``; returns both paths."""
+        """Save a matplotlib figure as ``name.png`` and ``name.svg``, show it, close it; returns both paths.
+
+        Inside a notebook the saved PNG itself is displayed, so the executed notebook shows exactly the
+        artifact, whatever matplotlib backend is active (under Agg, ``plt.show()`` displays nothing). The
+        figure is closed afterwards, or the inline backend would draw it a second time at the cell's end.
+        """
         paths = []
-        for ext in ("png", "svg"):
+        for ext in FIGURE_FORMATS:
             target = self.path(f"{name}.{ext}")
             tmp = target.with_name(f".{target.name}.tmp.{ext}")
             fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format=ext)
             os.replace(tmp, target)
             paths.append(target)
+        shell = _ipython()
+        if shell is not None:
+            from IPython.display import Image, display
+
+            display(Image(data=paths[0].read_bytes(), format="png"))
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
         return paths
+
+    def conclude(self, sentence: str, figure: str | None = None) -> Path:
+        """Record the notebook's one-sentence conclusion for the report's landing page, and show it.
+
+        ``sentence`` is computed from the notebook's numbers; ``figure`` names the saved figure (without
+        extension) that shows it best, drawn as the notebook's thumbnail on the landing page.
+        """
+        if not isinstance(sentence, str) or not sentence.strip():
+            raise ValueError("a conclusion must be a non-empty sentence")
+        if figure is not None and not self.path(f"{figure}.png").is_file():
+            saved = sorted(p.stem for p in self.dir.glob("*.png"))
+            raise ValueError(f"conclusion figure {figure!r} was not saved by this notebook; saved figures: {saved}")
+        target = self.path(CONCLUSION_FILE)
+        atomic_write_text(target, dumps_json({"sentence": sentence.strip(), "figure": figure}, indent=2) + "\n")
+        if _ipython() is not None:
+            from IPython.display import Markdown, display
+
+            display(Markdown(f"**Conclusion.** {sentence.strip()}"))
+        else:
+            print(f"Conclusion. {sentence.strip()}")
+        return target
 
     def save_table(self, name: str, table) -> Path:
         """Save a table. ``name`` ending in ``.json``: any JSON-able structure (numpy allowed).
@@ -95,6 +136,15 @@ class Artifacts:
         writer.writerows(rows)
         atomic_write_text(target, buffer.getvalue())
         return target
+
+
+def _ipython():
+    """The running IPython shell, or None in a plain interpreter (IPython is imported only when loaded)."""
+    if "IPython" not in sys.modules:
+        return None
+    from IPython import get_ipython
+
+    return get_ipython()
 
 
 def artifacts(notebook: str, report: str = "scratch", output_root: str | os.PathLike | None = None) -> Artifacts:

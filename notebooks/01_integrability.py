@@ -77,7 +77,6 @@ axes[0].set_ylim(0, 8)
 axes[0].legend(fontsize=8)
 fig.tight_layout()
 art.save_figure(fig, "fig6_kernels")
-plt.show()
 g0 = {name: float(get_kernel(name).g(torch.zeros(()))) for name in KERNEL_NAMES}
 gmin = {name: float(get_kernel(name).g(torch.tensor(-20.0, dtype=torch.float64))) for name in KERNEL_NAMES}
 display(Markdown(
@@ -130,7 +129,6 @@ axes[0].set_ylabel("log10 D_g(s; nu_N)")
 axes[0].legend(fontsize=8)
 fig.tight_layout()
 art.save_figure(fig, "normalizers_vs_N")
-plt.show()
 display(Markdown("Red (mirrored Pareto keys) against blue (Gaussian keys): a curve that flattens has found its population value; "
                  "steps are single extreme draws, and for softmax on Pareto keys each new record moves the mean by decades."))
 
@@ -181,7 +179,6 @@ ax.set_xlabel("t")
 ax.set_ylabel("P(symlog(X) > t)")
 ax.legend(fontsize=8)
 art.save_figure(fig, "symlog_tail")
-plt.show()
 art.save_table("symlog_tail.json", {"n": n_symlog, "tail_index": symlog_index, "ks_statistic": ks.statistic,
                                     "ks_pvalue": ks.pvalue, "fitted_exponential_rate": rate})
 display(Markdown(

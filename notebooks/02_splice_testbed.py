@@ -78,7 +78,6 @@ axes[0].legend(fontsize=7, ncol=2)
 fig.suptitle(f"splice at q0 = {fig7_seam}, a_ref = {a_ref}, lambda = 1")
 fig.tight_layout()
 art.save_figure(fig, "fig7_splice")
-plt.show()
 mass_above = float(SplicedPareto(a_ref, cfg.a_grid[0], fig7_seam).sf(torch.tensor(seam_u0, dtype=torch.float64)))
 display(Markdown(f"Below the knot u0 = {seam_u0:.3f} (shaded) every candidate coincides with the reference; above it each "
                  f"carries mass {mass_above:.3f} = 1 - q0 with its own tail index."))
@@ -122,7 +121,6 @@ for r, stat in enumerate(STATISTICS):
 axes[0, 0].legend(fontsize=7)
 fig.tight_layout()
 art.save_figure(fig, "fig1_tail_sensitivity")
-plt.show()
 display(Markdown("Each point is the mean over repetitions, shifted so that a* = a_ref sits at 0 and divided by the median "
                  "between-repetition standard deviation (eq. 32); the vertical axis is symmetric-log beyond ±1 noise unit."))
 

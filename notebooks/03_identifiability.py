@@ -78,7 +78,6 @@ for ax, t in zip(axes, ("Pareto (eq. 5), log-log", "mirrored Pareto (eq. 6)", "h
     ax.legend(fontsize=8)
 fig.tight_layout()
 art.save_figure(fig, "fig4_densities")
-plt.show()
 ratio_far = float(MirroredPareto(LAMBDA, a_show).pdf(torch.tensor(11.0)) / ShiftedGaussian(LAMBDA, fig4_gaussian_std).pdf(torch.tensor(11.0)))
 display(Markdown(f"Both families are centered at {LAMBDA:g}; ten units out, the mirrored Pareto density (a = {a_show:g}) "
                  f"is {ratio_far:.1e} times the Gaussian's — the polynomial tail the identifiability arguments lean on."))
@@ -162,7 +161,6 @@ ax.set_xlabel("ensemble size N")
 ax.set_ylabel("relative Frobenius error of the matrix")
 ax.legend(fontsize=7)
 art.save_figure(fig, "recovery_vs_N")
-plt.show()
 display(Markdown("The median relative error (bars: interquartile range over instances) falls with N for every case; the "
                  "legend gives the fitted log-log slope against the N^-1/2 reference."))
 
@@ -207,7 +205,6 @@ ax.set_yscale("log")
 ax.set_ylabel("energy distance (eq. 10)")
 ax.legend(fontsize=8)
 art.save_figure(fig, "prop6_energy")
-plt.show()
 display(Markdown(f"Each dot is one energy distance at N = {prop6_n}: the two instances' inputs are as close as two i.i.d. draws, "
                  f"their outputs are not."))
 

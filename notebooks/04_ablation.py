@@ -150,7 +150,6 @@ ax_spread.legend(fontsize=8)
 fig.suptitle(cfg.name, fontsize=10)
 fig.tight_layout()
 art.save_figure(fig, "training_curve")
-plt.show()
 
 # %% [markdown]
 # ## Evaluation against the sampling floor (App. H.2)
@@ -225,7 +224,6 @@ for ax, chosen, title in ((axes[0], sample, "model"), (axes[1], exact, "exact ma
 fig.suptitle(f"{cfg.name}; omega_T = ({omega_text}), latent {params_name} = ({params_text})", fontsize=9)
 fig.tight_layout()
 art.save_figure(fig, "fig5_transport")
-plt.show()
 
 # %% [markdown]
 # ## The distribution of energy distances against the floor (Figures 10, 11; Figure 2)
@@ -258,7 +256,6 @@ ax_bar.set_xlabel("energy distance (dashed: floor)")
 ax_bar.legend(fontsize=8)
 fig.tight_layout()
 art.save_figure(fig, "energy_distribution")
-plt.show()
 
 # %% [markdown]
 # ## Findings

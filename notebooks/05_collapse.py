@@ -111,7 +111,6 @@ else:
     axes[0].legend()
     fig.tight_layout()
     art.save_figure(fig, "fig13_training_curves")
-    plt.show()
     collapsed_runs = sorted(f"{k} ({'symlog' if t else 'none'}) at step {s}" for (k, t), s in onsets.items() if s is not None)
     print("collapse onsets:", ", ".join(collapsed_runs) if collapsed_runs else "none: no grid run collapsed")
 
@@ -156,7 +155,6 @@ if soft is not None and healthy is not None:
         ax.set_title(title)
     fig.tight_layout()
     art.save_figure(fig, "fig12_collapsed_vs_healthy")
-    plt.show()
     fig12_note = (
         f"The softmax run's evaluation label is '{soft.results['collapse']['label']}' "
         f"({soft.results['collapse']['fraction']:.0%} of trials collapsed); the log-ELU run's is "
@@ -218,7 +216,6 @@ for ax in axes[1]:
 axes[0, 0].legend(fontsize=8)
 fig.tight_layout()
 art.save_figure(fig, "collapse_onset_diagnostics")
-plt.show()
 
 # %% [markdown]
 # Crosses on the loss panel mark steps skipped because the loss or the gradient was not finite.

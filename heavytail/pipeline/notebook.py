@@ -90,14 +90,45 @@ def _failing_cell(nb) -> tuple[int | None, str | None]:
     return None, None
 
 
+# nbconvert's lab template loads require.js, MathJax and mermaid from a CDN. The notebooks use none of them
+# (figures are embedded PNGs, no LaTeX), and a report must open offline without console errors, so the
+# rendered pages drop those three script tags and keep the template otherwise.
+_OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{% block html_head_js_requirejs %}{% endblock %}
+{% block html_head_js_mathjax %}{% endblock %}
+{% block html_head_js_mermaidjs %}{% endblock %}
+"""
+
+
 def render_html(ipynb_path: Path, html_path: Path) -> None:
-    """Render an executed notebook to standalone HTML with nbconvert."""
+    """Render an executed notebook to standalone HTML with nbconvert (no network: no CDN scripts)."""
     import nbformat
+    from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(ipynb_path, as_version=4)
-    body, _ = HTMLExporter().from_notebook_node(nb)
+    exporter = HTMLExporter(extra_loaders=[DictLoader({"heavytail-offline.html.j2": _OFFLINE_TEMPLATE})],
+                            template_file="heavytail-offline.html.j2")
+    body, _ = exporter.from_notebook_node(nb)
     atomic_write_text(html_path, body)
+
+
+def _ipc_kernel_manager():
+    """A kernel manager whose kernels talk over local IPC sockets instead of TCP ports.
+
+    ipykernel warns on every start that a TCP kernel is unencrypted; the report's kernels are local
+    subprocesses of this process, so a Unix socket (in Jupyter's private runtime folder) is both the
+    quieter and the safer transport.
+    """
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import default
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _default_transport(self):
+            return "ipc"
+
+    return IPCKernelManager
 
 
 def run_notebook(source: Path, out_dir: Path, parameters: Mapping[str, Any], cwd: Path,
@@ -130,7 +161,10 @@ def run_notebook(source: Path, out_dir: Path, parameters: Mapping[str, Any], cwd
             nbformat.write(nb, src_ipynb)
             pm.execute_notebook(
                 str(src_ipynb), str(out_ipynb), parameters=injected, cwd=str(cwd),
-                kernel_name=kernel, progress_bar=progress, log_output=False, request_save_on_cell_execute=True,
+                kernel_name=kernel, log_output=False, request_save_on_cell_execute=True,
+                kernel_manager_class=_ipc_kernel_manager(),
+                # one transient bar named after the notebook; the caller prints the line that stays
+                progress_bar={"desc": f"[report] {name}", "leave": False} if progress else False,
             )
             result.status = "ok"
         except pm.PapermillExecutionError as exc:

@@ -130,10 +130,12 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
     write_index(out_dir, params.report, results, params.source, finished=False)
 
     for src, placeholder in to_run:
-        print(f"[report] {src.stem}: running", file=sys.stderr, flush=True)
+        is_grid = grid_notebook is not None and src.resolve() == grid_notebook
+        if is_grid or not progress:  # otherwise the notebook's progress bar says it is running
+            print(f"[report] {src.stem}: running" + (" (the grid)" if is_grid else ""), file=sys.stderr, flush=True)
         placeholder.status = "running"
         write_index(out_dir, params.report, results, params.source, finished=False)
-        if grid_notebook is not None and src.resolve() == grid_notebook:
+        if is_grid:
             done = _run_grid_step(grid_spec, src.stem, out_dir)
         else:
             done = run_notebook(src, out_dir, params.notebooks[src.stem], cwd=cwd, report=params.report, progress=progress)
