@@ -27,6 +27,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from . import names
+
 __all__ = ["Kernel", "KERNEL_NAMES", "KERNELS", "get_kernel"]
 
 
@@ -128,6 +130,12 @@ KERNELS: dict[str, Kernel] = {
     )
 }
 KERNEL_NAMES: tuple[str, ...] = tuple(KERNELS)
+
+# The names module is the list everything else reads (config, summary, figures): the registry must agree.
+if KERNEL_NAMES != names.KERNELS or any(k.growth != names.KERNEL_GROWTH[k.name] for k in KERNELS.values()):
+    raise ImportError(f"heavytail.kernels registers {KERNEL_NAMES} with growths "
+                      f"{[k.growth for k in KERNELS.values()]}, but heavytail.names lists {names.KERNELS} with "
+                      f"{list(names.KERNEL_GROWTH.values())}: add or change the kernel in both")
 
 
 def get_kernel(name: str | Kernel) -> Kernel:

@@ -30,11 +30,11 @@ from torch import Tensor, nn
 
 from heavytail.attention import BACKENDS, DEFAULT_TILE_ELEMENTS, attention_weights, kernel_attention, max_abs_score
 from heavytail.kernels import KERNEL_NAMES, get_kernel
+from heavytail.names import NORMS
 from heavytail.transforms import symexp, symlog
 
 __all__ = ["ModelConfig", "MeasureTransformer", "count_parameters", "NORMS", "TABLE3_PARAMETERS"]
 
-NORMS: tuple[str, ...] = ("post", "pre")
 TABLE3_PARAMETERS = 3_163_906
 
 

@@ -49,22 +49,10 @@ import numpy as np
 from .config import PACING_KEYS
 from .io import load_json, read_jsonl
 
-KERNELS = ("softmax", "squared_elu", "linear_elu", "log_elu")
-SLOWER_KERNELS = KERNELS[1:]  # the three slower-growing kernels of Table 1
-NORMS = ("pre", "post")  # the paper's table order: pre-norm rows above post-norm rows
-STATISTICS = ("median", "mean")
-KERNEL_LABELS = {
-    "softmax": "Softmax (e^s)",
-    "squared_elu": "Squared ELU ((s+1)^2)",
-    "linear_elu": "Linear ELU (s+1)",
-    "log_elu": "Log ELU (log(1+s)+1)",
-}
-NORM_LABELS = {"pre": "pre-norm", "post": "post-norm, res. scale"}
-MARGINAL_LABELS = {"mirrored_pareto": "mirrored Pareto", "gaussian": "shifted Gaussian"}
-BENCHMARK_LABELS = {"sheared_swap": "sheared swap", "matrix_inverse": "matrix inverse"}
-TRANSFORM_LABELS = {False: "none", True: "signed-log"}
-# The marginal families each operator is trained on (matrix inverse + Gaussian is unidentifiable, Prop. 6).
-BENCHMARK_MARGINALS = {"sheared_swap": ("mirrored_pareto", "gaussian"), "matrix_inverse": ("mirrored_pareto",)}
+from .names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, KERNEL_LABELS, KERNELS, MARGINAL_LABELS, NORM_LABELS,
+                    SLOWER_KERNELS, TRANSFORM_LABELS)
+from .names import NORM_TABLE_ORDER as NORMS  # the paper's table order: pre-norm rows above post-norm rows
+from .names import RATIO_STATISTICS as STATISTICS
 # Settings that change how a run is executed but not its results; runs differing only in these and in
 # the seed are seeds of one configuration.
 OPERATIONAL = PACING_KEYS | {"seed"}
@@ -409,14 +397,15 @@ def hill_table(aggs: Sequence[Mapping[str, Any]], benchmark: str, axis: str | in
 def scale_table(runs: Sequence[Run]) -> dict[str, Any]:
     """'What ran at this scale': the distinct values of the sizes that set the scale, next to the paper's
     (the :class:`heavytail.config.RunConfig` defaults are Table 3)."""
-    from .config import RunConfig
+    from .config import NOT_TABLE3, RunConfig
 
     paper = RunConfig()
     rows = []
     for name in SCALE_FIELDS:
         values = sorted({r.config.get(name) for r in runs}, key=repr)
+        # RunConfig's defaults are Table 3 except where NOT_TABLE3 says what the paper used instead
         rows.append({"setting": name, "this grid": ", ".join(str(v) for v in values) or "-",
-                     "paper (Table 3)": str(getattr(paper, name))})
+                     "paper (Table 3)": NOT_TABLE3.get(name, str(getattr(paper, name)))})
     seeds = sorted({r.config.get("seed") for r in runs}, key=repr)
     rows.append({"setting": "seeds", "this grid": ", ".join(map(str, seeds)) or "-", "paper (Table 3)": "1 per configuration"})
     n_configs = len(aggregate(runs)) if runs else 0

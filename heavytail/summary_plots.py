@@ -10,11 +10,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import ticker
 
-from .summary import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, KERNEL_LABELS, KERNELS, MARGINAL_LABELS, NORM_LABELS,
-                      NORMS, TRANSFORM_LABELS, index_cells, is_collapsed)
-
-STAT_COLORS = {"median": "tab:blue", "mean": "tab:orange"}
-KERNEL_COLORS = {"softmax": "tab:red", "squared_elu": "tab:purple", "linear_elu": "tab:green", "log_elu": "tab:blue"}
+from .names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, KERNEL_COLORS, KERNEL_LABELS, KERNELS, MARGINAL_LABELS,
+                    NORM_LABELS, TRANSFORM_LABELS)
+from .names import NORM_TABLE_ORDER as NORMS
+from .names import STATISTIC_COLORS as STAT_COLORS
+from .summary import index_cells, is_collapsed
 
 
 def energy_figure(aggs: Sequence[Mapping[str, Any]], benchmark: str, norm: str = "post"):

@@ -47,6 +47,7 @@ from IPython.display import Markdown, display
 from heavytail.distributions import MirroredPareto, Pareto, ShiftedGaussian
 from heavytail.integrability import gaussian_softmax_log_normalizer, running_log_normalizer, symlog_pareto_sf
 from heavytail.kernels import KERNEL_NAMES, get_kernel
+from heavytail.names import GROWTH_ORDER
 from heavytail.artifacts import artifacts, repo_root
 from heavytail.transforms import symlog
 
@@ -139,7 +140,6 @@ display(Markdown("Red (mirrored Pareto keys) against blue (Gaussian keys): a cur
 # every kernel is finite on the Gaussian.
 
 # %%
-GROWTH_ORDER = {"exponential": math.inf, "quadratic": 2.0, "linear": 1.0, "logarithmic": 0.0}
 a_min = min(pareto_indices)
 window = 2**6
 rows = []

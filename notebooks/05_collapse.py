@@ -59,6 +59,7 @@ from IPython.display import Markdown, display
 
 from heavytail.collapse import attention_gradient_error, attention_inputs, collapse_onset, rolling_median, spread_ratio
 from heavytail.config import RunConfig
+from heavytail.names import KERNEL_COLORS
 from heavytail.evaluate import evaluate, load_results
 from heavytail.artifacts import artifacts, repo_root
 from heavytail.summary import collect_runs, filter_runs
@@ -66,7 +67,6 @@ from heavytail.train import build_benchmark, is_complete, load_model, train, tra
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repo root
 art = artifacts("05_collapse", report=report, output_root=output_root)
-KERNEL_COLORS = {"softmax": "tab:red", "squared_elu": "tab:orange", "linear_elu": "tab:green", "log_elu": "tab:blue"}
 print(f"artifacts -> {art.dir}")
 
 # %% [markdown]

@@ -33,6 +33,8 @@ def test_unknown_key_is_named_with_the_allowed_ones():
         ("loss_p", 2.0, r"p in \(0, 2\)"),
         ("hill_phi", 1.5, r"hill_phi=1.5"),
         ("d_model", 30, r"divisible by n_heads"),
+        ("alpha_rs", 0.0, r"alpha_rs=0.0 is not allowed; it must be finite and > 0"),
+        ("attention_backend", "fast", r"attention_backend='fast'.*auto, dense, tiled, flash, flex, sdpa"),
     ],
 )
 def test_invalid_values_are_named(key, value, message):
@@ -55,3 +57,43 @@ def test_yaml_round_trip_and_string_numbers(tmp_path):
     again = tmp_path / "again.yaml"
     again.write_text(cfg.to_yaml())
     assert RunConfig.from_yaml(again) == cfg
+
+
+def test_a_backend_that_cannot_run_the_kernel_or_device_is_refused_up_front():
+    with pytest.raises(ValueError, match=r"attention_backend='sdpa' computes softmax only, got kernel='log_elu'"):
+        RunConfig(kernel="log_elu", attention_backend="sdpa")
+    with pytest.raises(ValueError, match=r"'flex' cannot train on device='cpu'"):
+        RunConfig(attention_backend="flex", device="cpu")
+    RunConfig(kernel="softmax", attention_backend="sdpa")  # the allowed combinations still pass
+    RunConfig(kernel="log_elu", attention_backend="flex", device="auto")
+
+
+def test_every_configuration_that_validates_builds_its_model():
+    """Validation once, completely: whatever RunConfig accepts, the model accepts too, so a grid checked
+    before it runs never fails later inside a notebook cell."""
+    import itertools
+
+    from heavytail.model import ModelConfig
+    from heavytail.names import BACKENDS, KERNELS, NORMS
+
+    accepted = 0
+    for kernel, backend, norm, alpha, heads in itertools.product(KERNELS, BACKENDS, NORMS, (0.0, 1e-9, 4.899),
+                                                                 (1, 3, 4)):
+        values = dict(kernel=kernel, attention_backend=backend, norm=norm, alpha_rs=alpha, n_heads=heads,
+                      d_model=32, d_ff=8, n_blocks=1)
+        try:
+            cfg = RunConfig.from_dict(values)
+        except ValueError:
+            continue
+        ModelConfig(**cfg.model_kwargs())  # must not raise
+        accepted += 1
+    assert accepted == len(KERNELS[1:]) * 5 * 2 * 2 * 2 + 6 * 2 * 2 * 2  # the sdpa-with-non-softmax cells refused
+
+
+def test_the_docstring_and_not_table3_name_every_default_that_is_not_the_papers():
+    from heavytail import config
+
+    assert set(config.NOT_TABLE3) == {"precision", "warmup_steps", "collapse_spread"}
+    assert RunConfig().precision == "float32" and config.NOT_TABLE3["precision"].startswith("bf16")
+    for key in config.NOT_TABLE3:
+        assert key.split("_")[0] in config.__doc__
