@@ -39,10 +39,6 @@ paper_grid_file = "params/grid_paper.yaml"  # the grid at the paper's scale (Tab
 # %%
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 from IPython.display import HTML, Markdown, display
 
 from heavytail import summary as S
@@ -62,9 +58,8 @@ def show(table, name=None):
 
 
 def save(fig, name):
+    """Save a figure as PNG + SVG under this notebook's artifacts and show it here."""
     art.save_figure(fig, name)
-    plt.show()
-    plt.close(fig)
 
 
 # %% [markdown]
