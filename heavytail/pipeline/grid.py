@@ -35,6 +35,8 @@ last execution). Grid file format::
       array_parallelism: 16          # array tasks running at once
       setup: []                      # shell lines run before the job (module load ..., conda activate ...)
       additional: {}                 # extra #SBATCH options, e.g. {account: proj, qos: normal}
+      signal_delay_s: 90             # SLURM signals the job this long before its time limit (to requeue)
+      poll_s: 30                     # how often a waiting grid asks squeue for its jobs' states
 
 An axis is either a :class:`~heavytail.config.RunConfig` key with a list of values (``lr: [1e-3, 3e-3]``,
 ``attention_backend: [sdpa, tiled]``), or any other name with a list of mappings of RunConfig keys that
@@ -63,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import dataclasses
 import datetime as _dt
 import fnmatch
 import itertools
@@ -81,9 +84,14 @@ import yaml
 from ..artifacts import repo_root
 from ..config import RunConfig
 from ..io import is_complete, load_json, save_json
+from . import lock
+from . import slurm as cluster
 from .notebook import NotebookResult, run_notebook, write_index
 
 EXECUTORS = ("local", "slurm", "submitit-local")
+STATUSES = ("ok", "skipped", "failed", "cancelled", "locked", "running", "submitted", "pending")
+# Not finished from this command's point of view: still to run, or run by someone else right now.
+UNFINISHED = ("pending", "running", "submitted", "locked")
 # The keys RunConfig.name spells; any other key that varies in a grid is appended to the folder name.
 NAMED_KEYS = ("benchmark", "marginals", "kernel", "norm", "symlog", "seed")
 TASK_KEYS = ("benchmark", "marginals")
@@ -155,14 +163,19 @@ class SlurmSettings:
     array_parallelism: int = 16
     setup: tuple[str, ...] = ()
     additional: Mapping[str, Any] = field(default_factory=dict)
+    signal_delay_s: int = 90  # submitit's default: time to checkpoint and requeue before the kill
+    poll_s: int = 30
 
     def __post_init__(self) -> None:
         if self.partition is not None and not isinstance(self.partition, str):
             raise ValueError(f"slurm.partition={self.partition!r} must be a partition name (string)")
         if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 0:
             raise ValueError(f"slurm.gpus_per_node={self.gpus_per_node!r} must be an integer >= 0")
-        for name in ("cpus_per_task", "mem_gb", "timeout_min", "array_parallelism"):
+        for name in ("cpus_per_task", "mem_gb", "timeout_min", "array_parallelism", "signal_delay_s", "poll_s"):
             _positive_int(getattr(self, name), f"slurm.{name}")
+        if self.signal_delay_s >= self.timeout_min * 60:
+            raise ValueError(f"slurm.signal_delay_s={self.signal_delay_s} must be shorter than the time limit "
+                             f"(slurm.timeout_min={self.timeout_min} min), or the job is signalled as it starts")
         if isinstance(self.max_num_timeout, bool) or not isinstance(self.max_num_timeout, int) or self.max_num_timeout < 0:
             raise ValueError(f"slurm.max_num_timeout={self.max_num_timeout!r} must be an integer >= 0")
         setup = self.setup if self.setup is not None else ()
@@ -184,6 +197,7 @@ class SlurmSettings:
             "nodes": 1,
             "tasks_per_node": 1,
             "slurm_array_parallelism": self.array_parallelism,
+            "slurm_signal_delay_s": self.signal_delay_s,
         }
         if self.partition:
             params["slurm_partition"] = self.partition
@@ -364,11 +378,25 @@ def execute_configuration(job: ConfigurationJob) -> dict[str, Any]:
         # N workers x T threads stay within the cores they were given.
         for var in THREAD_VARIABLES:
             os.environ[var] = str(job.threads)
+    try:
+        held = lock.acquire(run_dir)
+    except lock.Locked as err:  # another grid command runs it: leave its folder and records alone
+        return {"name": job.name, "status": "locked", "config": job.config, "error": f"not run here: {err}",
+                "holder": dataclasses.asdict(err.holder)}
+    except OSError as exc:  # an unwritable folder: still a record, returned to the parent
+        return {"name": job.name, "status": "failed", "config": job.config, "started": _now(), "finished": _now(),
+                "error": f"cannot create {run_dir / lock.LOCK_FILE}: {type(exc).__name__}: {exc}"}
+    try:  # released also on SystemExit, which is how submitit leaves a job it has just requeued
+        return _execute_held(job, run_dir)
+    finally:
+        lock.release(run_dir, held)
+
+
+def _execute_held(job: ConfigurationJob, run_dir: Path) -> dict[str, Any]:
     record: dict[str, Any] = {"name": job.name, "status": "running", "config": job.config, "started": _now(),
                               "host": socket.gethostname(), "threads": job.threads,
                               "slurm_job_id": os.environ.get("SLURM_JOB_ID")}
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
         # Replace the previous record first: a kill from here on must not leave an old 'ok' behind.
         save_json(record, run_dir / EXECUTION_FILE)
         result = run_notebook(Path(job.notebook), run_dir, job.parameters(), cwd=Path(job.cwd),
@@ -439,8 +467,10 @@ def _summary(run_dir: Path) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------------------------------
 @dataclass
 class GridEntry:
-    """One configuration's state in ``grid.json``. status: ok (ran now), skipped (finished earlier),
-    failed, running, submitted, pending."""
+    """One configuration's state in ``grid.json``. status: ok (ran now, or collected from an earlier
+    submission), skipped (finished earlier), failed, cancelled (its SLURM job was cancelled: it runs
+    again on the next run), locked (another grid command is executing it: ``error`` says which
+    process), running, submitted, pending."""
 
     name: str
     status: str = "pending"
@@ -503,7 +533,7 @@ class GridReport:
 
     def write(self) -> None:
         """grid.json and index.html, each written atomically; called after every change of state."""
-        counts = {s: len(self.by_status(s)) for s in ("ok", "skipped", "failed", "running", "submitted", "pending")}
+        counts = {s: len(self.by_status(s)) for s in STATUSES}
         save_json({"grid": self.name, "source": str(self.source or ""), "executor": self.executor,
                    "finished": self.finished, "written": _now(), "counts": counts,
                    "configurations": [asdict(e) for e in self.entries]}, self.json_path)
@@ -542,6 +572,8 @@ def _finish(report: GridReport, entry: GridEntry, record: Mapping[str, Any]) -> 
         msg += f" in {entry.elapsed_s:.1f} s"
     if entry.status == "failed":
         msg += f" (code cell {entry.failed_cell}: {entry.error})" if entry.failed_cell else f" ({entry.error})"
+    elif entry.status in ("cancelled", "locked"):
+        msg += f" ({entry.error})"
     _log(msg)
     report.write()
 
@@ -629,15 +661,14 @@ def slurm_executor(spec: GridSpec, grid_dir: Path) -> "submitit.AutoExecutor":
     return executor
 
 
-# sacct states in which a job still holds, or will again hold, its run folder
-ACTIVE_SLURM_STATES = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING",
-                       "COMPLETING", "SUSPENDED", "RESIZING", "STAGE_OUT", "SIGNALING")
+# States in which a job still holds, or will again hold, its run folder.
+ACTIVE_SLURM_STATES = cluster.ACTIVE_STATES
 
 
 def _slurm_state(grid_dir: Path, job_id: str) -> str:
-    """The job's state as sacct reports it (``UNKNOWN`` when sacct does not know the job)."""
-    job = submitit.SlurmJob(folder=grid_dir / "_submitit" / "%j", job_id=job_id)
-    return str(job.get_info(mode="force").get("State") or "UNKNOWN")
+    """The job's state as squeue reports it (``UNKNOWN`` when the cluster no longer knows the job).
+    Raises when squeue itself fails."""
+    return cluster.job_states([job_id]).get(str(job_id), "UNKNOWN")
 
 
 def active_slurm_jobs(grid_dir: Path, names: Sequence[str]) -> dict[str, str]:
@@ -657,34 +688,134 @@ def active_slurm_jobs(grid_dir: Path, names: Sequence[str]) -> dict[str, str]:
         except Exception as exc:  # noqa: BLE001
             _log(f"{name}: could not read the state of SLURM job {job_id} ({exc}); not submitting it again")
             state = "RUNNING"
-        if state.split()[0] in ACTIVE_SLURM_STATES:
+        if cluster.is_active(state):
             active[name] = str(job_id)
+        elif state not in ("COMPLETED", "UNKNOWN"):
+            _log(f"{name}: SLURM job {job_id} of an earlier submission ended as {state}")
     return active
+
+
+def _log_tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:])
+
+
+def _ended_without_result(handle, state: str, run_dir: Path) -> dict[str, Any]:
+    """The record of a job SLURM reports as ended (or no longer knows) that left no result file."""
+    record = _read(run_dir / EXECUTION_FILE)
+    if record and record.get("status") in ("ok", "failed") and record.get("slurm_job_id"):
+        return record  # it finished its notebook; only submitit's own result file is missing
+    if state == cluster.CANCELLED:
+        return {"status": "cancelled", "error": f"SLURM job {handle.job_id} was cancelled (scancel or an "
+                f"administrator); the next run of the grid runs it again"}
+    what = "is no longer known to SLURM" if state == "UNKNOWN" else f"ended as {state}"
+    tail = _log_tail(Path(handle.paths.stderr))
+    return {"status": "failed", "error": f"SLURM job {handle.job_id} {what} without a result"
+            f"{f' ({tail})' if tail else ''}; job log: {handle.paths.stderr}"}
+
+
+def _wait_slurm(report: GridReport, owners: dict[str, tuple[Any, GridEntry, ConfigurationJob]], poll_s: int) -> None:
+    """Wait for every job in ``owners`` ({job id: (handle, entry, job)}), recording each as it ends.
+
+    A job is done when submitit's result file appears; squeue (not sacct, which needs accounting) tells
+    running from pending, and reports jobs that ended without a result (cancelled, killed, failed
+    outside Python). A job that neither squeue nor a result file accounts for is given a few polls (a
+    result file may lag on a network file system) before it is recorded as failed.
+    """
+    waiting = dict(owners)
+    unexplained: dict[str, int] = {}
+    squeue_failed = False
+    while waiting:
+        try:
+            states = cluster.job_states(waiting)
+            squeue_failed = False
+        except ValueError as err:
+            if not squeue_failed:
+                _log(f"cannot read job states ({err}); waiting for result files only")
+            squeue_failed, states = True, {}
+        changed = False
+        for job_id, (handle, entry, job) in list(waiting.items()):
+            run_dir = Path(job.run_dir)
+            state = states.get(job_id, "UNKNOWN")
+            if handle.paths.result_pickle.exists():
+                del waiting[job_id]
+                _finish(report, entry, _job_record(handle, run_dir))
+            elif squeue_failed or cluster.is_active(state):
+                unexplained.pop(job_id, None)
+                if state.startswith("RUNNING") and entry.status != "running":
+                    entry.status, changed = "running", True
+                elif state.startswith("PENDING") and entry.status == "running":
+                    entry.status, changed = "submitted", True  # requeued after a timeout: queued again
+            else:
+                unexplained[job_id] = unexplained.get(job_id, 0) + 1
+                if unexplained[job_id] >= 3:
+                    del waiting[job_id]
+                    _finish(report, entry, _ended_without_result(handle, state, run_dir))
+                    if entry.status == "cancelled":
+                        _record_cancelled(run_dir, job.config, entry.error)
+        if changed:
+            report.write()
+        if waiting:
+            time.sleep(poll_s if not unexplained else min(poll_s, 2))
+
+
+def _record_cancelled(run_dir: Path, config: Mapping[str, Any], error: str | None) -> None:
+    """The run folder says so too: its record was left at 'running' by the killed job."""
+    record = _read(run_dir / EXECUTION_FILE) or {}
+    if record.get("status") in ("ok", "failed") or lock.holder(run_dir) is not None:
+        return
+    record.update(status="cancelled", error=error, finished=_now(), config=record.get("config") or dict(config))
+    try:
+        save_json(record, run_dir / EXECUTION_FILE)
+    except OSError:
+        pass
+
+
+def _submit_slurm(report: GridReport, todo: list[tuple[GridEntry, ConfigurationJob]], spec: GridSpec) -> list:
+    """One job array for ``todo``; a refusal by sbatch is one line (ValueError), not a traceback."""
+    executor = slurm_executor(spec, report.directory)
+    try:
+        return executor.map_array(SubmititTask(), [job for _, job in todo])
+    except Exception as exc:  # noqa: BLE001  sbatch refused the job (submitit wraps its error)
+        message = _last_line_of(str(exc)) or type(exc).__name__
+        raise ValueError(f"sbatch refused the job array: {message}") from exc
+
+
+def _last_line_of(text: str) -> str:
+    for line in reversed(text.strip().splitlines()):
+        if line.strip() and not line.strip().startswith("-"):
+            return line.strip()
+    return ""
+
+
+def check_slurm(spec: GridSpec) -> "cluster.Partition":
+    """Before submitting: sbatch exists, the partition exists and one task fits on one of its nodes."""
+    s = spec.slurm
+    return cluster.check_resources(s.partition, s.cpus_per_task, s.mem_gb, s.gpus_per_node, s.timeout_min)
 
 
 def _run_slurm(report: GridReport, todo: list[tuple[GridEntry, ConfigurationJob]], spec: GridSpec,
                wait: bool, earlier: list[tuple[GridEntry, ConfigurationJob]]) -> None:
     """Submit ``todo`` as one job array; with ``wait``, also wait for ``earlier`` (jobs of a previous
     submission that are still queued or running, their entries holding the job id)."""
-    jobs, owners = [], {}
+    owners: dict[str, tuple[Any, GridEntry, ConfigurationJob]] = {}
     if todo:
-        executor = slurm_executor(spec, report.directory)
-        submitted = executor.map_array(SubmititTask(), [job for _, job in todo])
+        submitted = _submit_slurm(report, todo, spec)
         for (entry, job), handle in zip(todo, submitted):
             entry.status, entry.job_id = "submitted", str(handle.job_id)
-            owners[handle.job_id] = (entry, job)
-        jobs += submitted
+            owners[str(handle.job_id)] = (handle, entry, job)
         report.write()
-        _log(f"submitted {len(submitted)} array tasks: {', '.join(str(j.job_id) for j in submitted)}")
+        _log(f"submitted {len(submitted)} array tasks: {', '.join(str(j.job_id) for j in submitted)}; "
+             f"job logs: {report.directory / '_submitit'}/<job id>/")
     for entry, job in earlier:
         handle = submitit.SlurmJob(folder=report.directory / "_submitit" / "%j", job_id=entry.job_id)
-        owners[handle.job_id] = (entry, job)
-        jobs.append(handle)
-    if not wait or not jobs:
+        owners[str(handle.job_id)] = (handle, entry, job)
+    if not wait or not owners:
         return
-    for handle in submitit.helpers.as_completed(jobs, poll_frequency=60):
-        entry, job = owners[handle.job_id]
-        _finish(report, entry, _job_record(handle, Path(job.run_dir)))
+    _wait_slurm(report, owners, spec.slurm.poll_s)
 
 
 def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpec", executor: str = "local",
@@ -716,7 +847,12 @@ def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpe
             raise ValueError(f"--only {list(only)} matches no configuration of grid {spec.name!r}; "
                              f"configurations: {spec.names}")
 
+    if executor == "slurm" and not dry_run:
+        check_slurm(spec)  # one line and exit 2 before anything is submitted
+        cluster.quiet_sacct_warnings()
     active = active_slurm_jobs(grid_dir, spec.names) if executor == "slurm" and not dry_run else {}
+    before = {e.get("name"): e for e in (_read(grid_dir / "grid.json") or {}).get("configurations", [])
+              if isinstance(e, Mapping)}
     report = GridReport(name=spec.name, directory=grid_dir, executor=executor, entries=[], source=spec.source)
     todo: list[tuple[GridEntry, ConfigurationJob]] = []
     earlier: list[tuple[GridEntry, ConfigurationJob]] = []
@@ -724,17 +860,23 @@ def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpe
         entry = GridEntry(name=job.name, run_dir=job.name, config=job.config)
         run_dir = Path(job.run_dir)
         previous = _read(run_dir / EXECUTION_FILE)
+        earlier_job = before.get(job.name, {})
         if is_finished(run_dir, cfg):
             entry.absorb(previous, grid_dir)
-            entry.status = "skipped"
+            if earlier_job.get("status") in ("submitted", "running") and earlier_job.get("job_id"):
+                entry.job_id = earlier_job["job_id"]  # collected: it finished since the --no-wait submission
+            else:
+                entry.status = "skipped"
         elif job.name in active:
             entry.status, entry.job_id = "submitted", active[job.name]
             earlier.append((entry, job))
+        elif job.name in selected and not dry_run and (holder := lock.holder(run_dir)) is not None:
+            entry.status, entry.error = "locked", f"being run by another grid command: {holder.describe()}"
         elif job.name in selected and not dry_run:
             todo.append((entry, job))
         elif dry_run and previous and previous.get("status") == "running" and previous.get("config") == job.config:
             entry.status = "running"  # as its own record says; a killed run also reads 'running' here
-        elif previous and previous.get("status") == "failed" and previous.get("config") == job.config:
+        elif previous and previous.get("status") in ("failed", "cancelled") and previous.get("config") == job.config:
             entry.absorb(previous, grid_dir)  # not run this time: its last failure stays visible
         report.entries.append(entry)
     report.write()
@@ -742,6 +884,8 @@ def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpe
     if earlier:
         _log(f"not submitted again, still queued or running from an earlier submission: "
              f"{', '.join(f'{e.name} (job {e.job_id})' for e, _ in earlier)}")
+    for entry in report.by_status("locked"):
+        _log(f"{entry.name}: not run, {entry.error}")
     _log(f"{spec.name}: {len(spec.configs)} configurations, {n_skip} finished earlier, {len(todo)} to run "
          f"({executor}, {workers if executor != 'slurm' else spec.slurm.array_parallelism} at once, "
          f"{threads} threads each) -> {grid_dir}")
@@ -752,7 +896,7 @@ def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpe
         _run_local(report, todo, workers)
     elif todo:
         _run_submitit_local(report, todo, workers, spec)
-    report.finished = not any(e.status in ("pending", "running", "submitted") for e in report.entries)
+    report.finished = not any(e.status in UNFINISHED for e in report.entries)
     report.write()
     return report
 
@@ -784,7 +928,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m heavytail grid params/grid_cpu.yaml --executor local``; 0 when no configuration failed."""
+    """``python -m heavytail grid params/grid_cpu.yaml --executor local``; 0 when no configuration failed
+    or was cancelled, 1 when one did, 2 for bad input (the grid file, the cluster's limits)."""
     args = build_parser().parse_args(argv)
     try:
         report = run_grid(args.grid, executor=args.executor, workers=args.workers, output_root=args.output_root,
@@ -797,12 +942,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = f"  {e.name:<{width}}  {e.status}"
         if e.status == "failed":
             line += f"  code cell {e.failed_cell}: {e.error}" if e.failed_cell else f"  {e.error}"
+        elif e.status in ("cancelled", "locked"):
+            line += f"  {e.error}"
         print(line)
-    failed = report.failed
+    failed, cancelled = report.failed, report.by_status("cancelled")
     total = sum(e.elapsed_s or 0.0 for e in report.entries if e.status == "ok")
+    others = "".join(f", {len(report.by_status(s))} {s}" for s in ("cancelled", "locked", "submitted")
+                     if report.by_status(s))
     print(f"[grid] {report.name}: {len(report.by_status('ok'))} ran, {len(report.by_status('skipped'))} finished earlier, "
-          f"{len(failed)} failed; {total:.1f} s of notebook time; index: {report.index_path}")
-    return 1 if failed else 0
+          f"{len(failed)} failed{others}; {total:.1f} s of notebook time; index: {report.index_path}")
+    return 1 if failed or cancelled else 0
 
 
 if __name__ == "__main__":
