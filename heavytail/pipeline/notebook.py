@@ -163,6 +163,9 @@ def run_notebook(source: Path, out_dir: Path, parameters: Mapping[str, Any], cwd
                 str(src_ipynb), str(out_ipynb), parameters=injected, cwd=str(cwd),
                 kernel_name=kernel, log_output=False, request_save_on_cell_execute=True,
                 kernel_manager_class=_ipc_kernel_manager(),
+                # papermill's 60 s for a kernel to answer was exceeded on a busy 2-core machine
+                # (two SLURM tasks starting at once); a slow start is not a failed configuration
+                start_timeout=600,
                 # one transient bar named after the notebook; the caller prints the line that stays
                 progress_bar={"desc": f"[report] {name}", "leave": False} if progress else False,
             )
