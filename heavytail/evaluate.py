@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from .collapse import collapsed, run_label, spread_ratio
 from .config import RunConfig
 from .io import load_json, save_json
+from .rundir import RunDir
 from .train import build_benchmark, is_complete, load_model
 
 # Thresholds (tail fractions phi) of the Hill-error curve; the paper's single choice phi = 0.1 is among them.
@@ -217,7 +218,7 @@ def evaluate(
             },
         }
     if save:
-        save_json(results, run_dir / "results.json")
+        save_json(results, RunDir(run_dir).results_path)
     return results
 
 
@@ -242,7 +243,7 @@ def _median_abs_error(curve: torch.Tensor, tail_index: torch.Tensor) -> dict[str
 
 
 def load_results(run_dir: str | Path) -> dict[str, Any]:
-    return load_json(Path(run_dir) / "results.json")
+    return RunDir(run_dir).results()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,7 +47,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from .config import PACING_KEYS
-from .io import load_json, read_jsonl
+from .rundir import find_run_dirs
+from .io import load_json
 
 from .names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, KERNEL_LABELS, KERNELS, MARGINAL_LABELS, NORM_LABELS,
                     SLOWER_KERNELS, TRANSFORM_LABELS)
@@ -112,38 +113,28 @@ def collect_runs(grid_dir: str | Path) -> Collected:
     A folder counts when it holds ``COMPLETE`` and a ``results.json`` whose configuration matches its
     ``config.yaml``; trained-but-unevaluated, unfinished and mismatched folders are listed in ``skipped``.
     """
-    import yaml
-
     grid_dir = Path(grid_dir)
     if not grid_dir.is_dir():
         raise FileNotFoundError(f"grid folder {grid_dir} does not exist; run the grid first "
                                 "(python -m heavytail grid <grid.yaml>) or point grid_dir at its output folder")
     runs, skipped = [], []
-    candidates = sorted({p.parent for p in grid_dir.rglob("config.yaml")} | {p.parent for p in grid_dir.rglob("results.json")})
-    for folder in candidates:
-        rel = folder.relative_to(grid_dir)
-        if any(part.startswith(("_", ".")) for part in rel.parts):
-            continue
-        name = str(rel)
-        if not (folder / "COMPLETE").exists():
+    for folder in find_run_dirs(grid_dir):
+        name = str(folder.path.relative_to(grid_dir))
+        if not folder.is_complete():
             skipped.append({"run": name, "reason": "training not finished (no COMPLETE marker)"})
             continue
-        if not (folder / "results.json").exists():
+        if not folder.has_results():
             skipped.append({"run": name, "reason": "trained but not evaluated (no results.json)"})
             continue
         try:
-            results = load_json(folder / "results.json")
-            run = run_from_results(results, folder, read_jsonl(folder / "metrics.jsonl"))
+            run = run_from_results(folder.results(), folder.path, folder.training_log())
         except (ValueError, OSError) as exc:
             skipped.append({"run": name, "reason": f"unreadable results.json: {exc}"})
             continue
-        if (folder / "config.yaml").exists():
-            on_disk = yaml.safe_load((folder / "config.yaml").read_text()) or {}
-            differ = sorted(k for k in set(on_disk) & set(run.config) if on_disk[k] != run.config[k])
-            if differ:
-                skipped.append({"run": name, "reason": f"results.json is stale: its config differs from "
-                                                        f"config.yaml in {differ}; re-run the evaluation"})
-                continue
+        stale = folder.stale_results()  # the same rule the grid and training apply (heavytail.rundir)
+        if stale:
+            skipped.append({"run": name, "reason": stale})
+            continue
         runs.append(run)
     return Collected(runs=tuple(runs), skipped=tuple(skipped))
 

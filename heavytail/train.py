@@ -5,13 +5,9 @@ X ~ mu_I(omega)^N and an independent target ensemble Y ~ mu_O(omega)^N, and mini
 trials of the energy distance E_1^2(model(X), Y) (eqs. 4, 10). A step whose loss, outputs or gradient
 is non-finite is skipped and counted, as the paper does (Table 3, "skip non-finite step").
 
-The run folder is the unit of work::
-
-    run_dir/config.yaml        the resolved configuration (every default written out)
-    run_dir/metrics.jsonl      one JSON line per logged step
-    run_dir/checkpoints/       step_XXXXXXXX.pt: model, optimizer, scheduler and every RNG state
-    run_dir/model.pt           final weights
-    run_dir/COMPLETE           written last: a run without it is unfinished, whatever else exists
+The run folder is the unit of work; its layout (config.yaml, metrics.jsonl, checkpoints/, model.pt, and
+COMPLETE written last: a run without it is unfinished, whatever else exists) is owned by
+:class:`heavytail.rundir.RunDir`.
 
 Every file is written atomically (``heavytail.io``). Calling :func:`train` on a folder that holds a
 checkpoint resumes from it; on CPU a run killed at any point and resumed ends with weights bitwise
@@ -35,8 +31,9 @@ import torch
 from tqdm.auto import tqdm
 
 from .collapse import collapsed, spread_ratio
-from .config import PACING_KEYS, RunConfig
+from .config import RunConfig
 from .io import COMPLETE, atomic_torch_save, atomic_write_text, dumps_json, is_complete, read_jsonl, save_json
+from .rundir import RunDir, config_differences
 
 KEEP_CHECKPOINTS = 2
 
@@ -83,7 +80,7 @@ def autocast(cfg: RunConfig, device: torch.device):
 
 # ---------------------------------------------------------------------------------- checkpoints
 def _checkpoints(run_dir: Path) -> list[Path]:
-    return sorted((run_dir / "checkpoints").glob("step_*.pt"))
+    return RunDir(run_dir).checkpoints()
 
 
 def _rng_state(data_gen: torch.Generator) -> dict[str, Any]:
@@ -108,7 +105,7 @@ def _set_rng_state(state: dict[str, Any], data_gen: torch.Generator) -> None:
 
 
 def _save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, data_gen, counters) -> None:
-    path = run_dir / "checkpoints" / f"step_{step:08d}.pt"
+    path = RunDir(run_dir).checkpoint_path(step)
     atomic_torch_save(
         {
             "step": step,
@@ -126,12 +123,11 @@ def _save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, data
 
 def _check_config(run_dir: Path, cfg: RunConfig) -> None:
     """A run folder belongs to one configuration: resuming under another would mix two runs."""
-    saved_path = run_dir / "config.yaml"
+    saved_path = RunDir(run_dir).config_path
     if not saved_path.exists():
         atomic_write_text(saved_path, cfg.to_yaml())
         return
-    saved = RunConfig.from_yaml(saved_path)
-    diff = {k: (v, getattr(cfg, k)) for k, v in saved.to_dict().items() if k not in PACING_KEYS and getattr(cfg, k) != v}
+    diff = config_differences(RunConfig.from_yaml(saved_path), cfg)
     if diff:
         listing = ", ".join(f"{k}: saved {a!r}, given {b!r}" for k, (a, b) in diff.items())
         raise ValueError(f"{run_dir} holds a run of a different configuration ({listing}); use another folder")
@@ -142,9 +138,9 @@ def load_model(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple
     run_dir = Path(run_dir)
     if not is_complete(run_dir):
         raise FileNotFoundError(f"{run_dir} is not a completed run (no {COMPLETE} marker); train it first")
-    cfg = RunConfig.from_yaml(run_dir / "config.yaml")
+    cfg = RunDir(run_dir).config()
     model = build_model(cfg, device)
-    model.load_state_dict(torch.load(run_dir / "model.pt", map_location=device, weights_only=True))
+    model.load_state_dict(torch.load(RunDir(run_dir).model_path, map_location=device, weights_only=True))
     return model.eval(), cfg
 
 
@@ -231,7 +227,7 @@ def train(
         counters.update(state["counters"])
         start = state["step"]
     # Lines logged after the checkpoint belong to steps that will be redone: drop them.
-    log_path = run_dir / "metrics.jsonl"
+    log_path = RunDir(run_dir).metrics_path
     kept = [row for row in read_jsonl(log_path) if row["step"] <= start]
     atomic_write_text(log_path, "".join(dumps_json(row) + "\n" for row in kept))
 
@@ -285,17 +281,17 @@ def train(
     if end < cfg.steps:
         _save_checkpoint(run_dir, end, model, optimizer, scheduler, data_gen, counters)
         return run_dir
-    atomic_torch_save(model.state_dict(), run_dir / "model.pt")
+    atomic_torch_save(model.state_dict(), RunDir(run_dir).model_path)
     _save_checkpoint(run_dir, end, model, optimizer, scheduler, data_gen, counters)
-    save_json({"steps": cfg.steps, "skipped": counters["skipped"], "name": cfg.name}, run_dir / "train_summary.json")
+    save_json({"steps": cfg.steps, "skipped": counters["skipped"], "name": cfg.name}, RunDir(run_dir).train_summary_path)
     # Last, and only now: the marker that says every file above is in place.
-    atomic_write_text(run_dir / COMPLETE, f"{cfg.name}\n")
+    atomic_write_text(RunDir(run_dir).complete_path, f"{cfg.name}\n")
     return run_dir
 
 
 def training_log(run_dir: str | Path) -> list[dict[str, Any]]:
     """The logged steps of a run (complete or not)."""
-    return read_jsonl(Path(run_dir) / "metrics.jsonl")
+    return RunDir(run_dir).training_log()
 
 
 # ---------------------------------------------------------------------------------------- CLI

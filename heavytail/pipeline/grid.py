@@ -83,7 +83,8 @@ import yaml
 
 from ..artifacts import repo_root
 from ..config import RunConfig
-from ..io import is_complete, load_json, save_json
+from ..io import load_json, save_json
+from ..rundir import EXECUTION, RESULTS, RunDir
 from . import lock
 from . import slurm as cluster
 from .notebook import NotebookResult, run_notebook, write_index
@@ -96,8 +97,8 @@ UNFINISHED = ("pending", "running", "submitted", "locked")
 NAMED_KEYS = ("benchmark", "marginals", "kernel", "norm", "symlog", "seed")
 TASK_KEYS = ("benchmark", "marginals")
 DEFAULT_NOTEBOOK = "notebooks/04_ablation.py"
-EXECUTION_FILE = "execution.json"
-RESULTS_FILE = "results.json"
+EXECUTION_FILE = EXECUTION  # the run folder's names live in heavytail.rundir
+RESULTS_FILE = RESULTS
 # Parameters the notebook takes besides the run configuration (its `parameters` cell).
 NOTEBOOK_EXTRAS = ("run_dir", "floor_cache", "progress")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -432,16 +433,9 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def is_finished(run_dir: Path, cfg: RunConfig) -> bool:
-    """COMPLETE, results.json present, and the last notebook execution succeeded for exactly ``cfg``."""
-    if not (is_complete(run_dir) and (run_dir / RESULTS_FILE).is_file()):
-        return False
-    record = _read(run_dir / EXECUTION_FILE)
-    if not record or record.get("status") != "ok":
-        return False
-    try:  # through RunConfig, so a key added since (at its default) does not make finished runs stale
-        return RunConfig.from_dict(record.get("config") or {}) == cfg
-    except ValueError:
-        return False
+    """COMPLETE, results.json present, and the last notebook execution succeeded for the same run as
+    ``cfg`` (compared through RunConfig, pacing keys aside: :func:`heavytail.rundir.same_run`)."""
+    return RunDir(run_dir).is_finished(cfg)
 
 
 def _summary(run_dir: Path) -> dict[str, Any] | None:
