@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from heavytail.config import RunConfig
@@ -16,3 +22,52 @@ TINY = dict(
 @pytest.fixture
 def tiny_cfg() -> RunConfig:
     return RunConfig.from_dict(TINY)
+
+
+# ------------------------------------------------------------------------- a real SLURM cluster
+# .ci/slurm-up starts a single-node cluster and writes SLURM_CONF=... into this file.
+SLURM_DIR = Path(os.environ.get("HEAVYTAIL_SLURM_DIR", "/tmp/heavytail-slurm"))
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmCluster:
+    partition: str
+    cpus: int
+    mem_mb: int
+
+
+def _slurm_cluster() -> tuple[SlurmCluster | None, str]:
+    env_file = SLURM_DIR / "env"
+    if "SLURM_CONF" not in os.environ and env_file.is_file():
+        for line in env_file.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "SLURM_CONF" and value.strip():
+                os.environ["SLURM_CONF"] = value.strip()  # sbatch, squeue and the jobs read it
+    if shutil.which("sbatch") is None:
+        return None, "sbatch is not installed"
+    try:
+        done = subprocess.run(["sinfo", "-h", "-N", "-o", "%P|%t|%c|%m"], capture_output=True, text=True,
+                              timeout=20)
+    except subprocess.TimeoutExpired:
+        return None, "sinfo did not answer in 20 s"
+    if done.returncode != 0:
+        return None, f"sinfo failed: {done.stderr.strip() or done.stdout.strip()}"
+    for line in done.stdout.splitlines():
+        partition, state, cpus, mem = line.strip().split("|")
+        if state.rstrip("*~#") in ("idle", "mix", "alloc", "comp"):
+            return SlurmCluster(partition.rstrip("*"), int(cpus), int(mem)), ""
+    return None, f"no node is up (sinfo: {done.stdout.strip() or 'no nodes'})"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> SlurmCluster:
+    """The cluster `.ci/slurm-up` started. Elsewhere the SLURM tests are skipped, saying how to start
+    one; under CI (CI=true) they fail instead, so a CI log can never show them skipped."""
+    cluster, reason = _slurm_cluster()
+    if cluster is None:
+        message = (f"no SLURM cluster to test against ({reason}); start one with `.ci/slurm-up` "
+                   f"(as root: installs slurm-wlm, starts slurmctld and slurmd on this host), then rerun")
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return cluster
