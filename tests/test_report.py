@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jupytext
 import pytest
+import yaml
 
 from heavytail.artifacts import Artifacts, artifacts, repo_root
 from heavytail.pipeline import report
@@ -146,8 +147,10 @@ def test_params_files_parse_and_match_notebook_parameters(name):
         nb = jupytext.read(ROOT / "notebooks" / f"{nb_name}.py")
         cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
         defined = {line.split("=")[0].strip() for line in cells[0].source.splitlines() if "=" in line and not line.startswith("#")}
-        unknown = set(section) - defined
+        unknown = (set(section) | set(params.reads.get(nb_name, {}))) - defined
         assert not unknown, f"{name}: {nb_name} has no parameters {sorted(unknown)} (defined: {sorted(defined)})"
+    for file in params.grids.values():
+        assert (ROOT / file).is_file()
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
@@ -220,3 +223,66 @@ def test_a_bad_grid_file_is_refused_before_any_notebook_runs(tmp_path):
     params = ReportParams.from_dict({"report": "g", "grid": str(bad), "notebooks": {}})
     with pytest.raises(ValueError, match="relu"):
         run_report(params, output_dir=tmp_path / "out", progress=False)
+
+
+def test_several_grids_run_before_their_readers_and_their_folders_are_injected(tmp_path, monkeypatch):
+    """The params format for several grids: 'grids' names each grid file by a key, a notebook section names
+    the grids it reads, the runner runs each grid once (with the params file's executor unless the command
+    line says otherwise) before its first reader and injects each grid's folder as the named parameter."""
+    import heavytail.pipeline.grid as grid_mod
+
+    calls = []
+
+    def fake_run_grid(spec, executor="local", output_root=None, **kw):
+        calls.append((spec.name, executor, output_root))
+        entries = [grid_mod.GridEntry(name=n, run_dir=n, status="ok") for n in spec.names]
+        return grid_mod.GridReport(name=spec.name, directory=output_root / spec.name, executor=executor,
+                                   entries=entries, finished=True)
+
+    monkeypatch.setattr(report, "run_grid", fake_run_grid)
+    grid_file = tmp_path / "g.yaml"
+    grid_file.write_text(yaml.safe_dump({**yaml.safe_load((ROOT / "params" / "grid_smoke.yaml").read_text()),
+                                         "name": "grid-two"}))
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    for name, body in (("01_reads_one", "art.save_table('seen.json', {'grid_dir': grid_dir})"),
+                       ("02_reads_both", "art.save_table('seen.json', {'a': grid_dir, 'b': other_dir})")):
+        source = _tiny_notebook(name, body).replace('output_root = None\n', 'output_root = None\ngrid_dir = None\nother_dir = None\n', 1)
+        (nbs / f"{name}.py").write_text(source)
+    params_file = tmp_path / "p.yaml"
+    params_file.write_text(yaml.safe_dump({
+        "report": "t", "executor": "submitit-local",
+        "grids": {"ablation": "params/grid_smoke.yaml", "other": str(grid_file)},
+        "notebooks": {"01_reads_one": {"grids": "ablation"},
+                      "02_reads_both": {"grids": {"grid_dir": "ablation", "other_dir": "other"}}}}))
+    out = tmp_path / "reports" / "t"
+    assert report.main([str(params_file), "--notebooks-dir", str(nbs), "--output", str(out), "--quiet"]) == 0
+    # the grids' notebook (04_ablation) is not in this folder: each grid runs, once, before its first reader
+    assert calls == [("grid-smoke", "submitit-local", out.parent), ("grid-two", "submitit-local", out.parent)]
+    names = [n["name"] for n in json.loads((out / "index.json").read_text())["notebooks"]]
+    assert names == ["grid-ablation", "01_reads_one", "grid-other", "02_reads_both"]
+    assert json.loads((out / "01_reads_one" / "seen.json").read_text()) == {"grid_dir": str(out.parent / "grid-smoke")}
+    assert json.loads((out / "02_reads_both" / "seen.json").read_text()) == {
+        "a": str(out.parent / "grid-smoke"), "b": str(out.parent / "grid-two")}
+
+    calls.clear()
+    assert report.main([str(params_file), "--notebooks-dir", str(nbs), "--output", str(out), "--quiet",
+                        "--executor", "local", "--only", "02_*"]) == 0
+    assert [c[:2] for c in calls] == [("grid-smoke", "local"), ("grid-two", "local")]
+
+
+def test_grid_params_errors_name_the_problem():
+    with pytest.raises(ValueError, match="reads grid\\(s\\) \\['gap'\\], which 'grids' does not name"):
+        ReportParams.from_dict({"report": "x", "grids": {"ablation": "params/grid_cpu.yaml"},
+                                "notebooks": {"06_summary": {"grids": "gap"}}})
+    with pytest.raises(ValueError, match="either 'grid'"):
+        ReportParams.from_dict({"report": "x", "grid": "a.yaml", "grids": {"b": "b.yaml"}})
+    with pytest.raises(ValueError, match="'executor'.*choose one of: local, slurm, submitit-local"):
+        ReportParams.from_dict({"report": "x", "executor": "cloud"})
+    with pytest.raises(ValueError, match="both as a parameter and from 'grids'"):
+        ReportParams.from_dict({"report": "x", "grids": {"a": "params/grid_cpu.yaml"},
+                                "notebooks": {"06_summary": {"grids": "a", "grid_dir": "outputs/elsewhere"}}})
+    params = ReportParams.from_dict({"report": "x", "grid": "params/grid_cpu.yaml",
+                                     "notebooks": {"06_summary": {"grids": "grid", "filters": {}}}})
+    assert params.grids == {"grid": "params/grid_cpu.yaml"} and params.reads == {"06_summary": {"grid_dir": "grid"}}
+    assert params.notebooks == {"06_summary": {"filters": {}}} and params.executor is None
