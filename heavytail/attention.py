@@ -24,7 +24,9 @@ Backends (``BACKENDS``), all for non-causal ``(B, H, N, d)`` queries and ``(B, H
   (without one, CPU flex treats the sequence as one block: +1 GiB per thread at N = 16384). On
   CUDA it trains; on CPU it runs forward only, so requesting gradients there raises.
 - ``"sdpa"``: ``scaled_dot_product_attention``, softmax only (FlashAttention on CUDA).
-- ``"auto"``: see ``select_backend``.
+- ``"auto"``: the first backend of ``auto_candidates`` that runs for the call's kernel, device,
+  dtype and shapes (see ``select_backend``); the choice is made once per case, logged, and
+  readable through ``recording_backends``.
 
 Heavy-tailed inputs and softmax gradients: with Pareto(1.1) tokens the scores reach ~1e6-1e7,
 where adjacent float32 numbers are ~0.06-0.5 apart. Softmax weights ``e^{S - lse}`` then change by
@@ -38,9 +40,12 @@ backend against float64 and records where softmax's gradients cannot be trusted.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import math
 import types
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +57,10 @@ from heavytail.kernels import Kernel, get_kernel
 __all__ = [
     "BACKENDS",
     "DEFAULT_TILE_ELEMENTS",
+    "Candidate",
+    "auto_candidates",
     "kernel_attention",
+    "recording_backends",
     "select_backend",
     "attention_weights",
     "scaled_scores",
@@ -64,6 +72,22 @@ BACKENDS: tuple[str, ...] = ("auto", "dense", "tiled", "flash", "flex", "sdpa")
 # tile in a CPU's cache hierarchy. The paper's H200 runs used 2^31 (8 GiB per tile, App. E.4).
 DEFAULT_TILE_ELEMENTS = 2**22
 FLEX_BLOCK_SIZE = 128
+
+# flex_attention's Triton kernels for the fallback chain of "auto" on CUDA, largest first. The
+# autotuned defaults can ask for more shared memory than a GPU has at head dim 256 in float32 (the
+# backward holds q, k, v, dO tiles of block x 256 floats each: fine on Hopper's 227 KiB, too much on
+# 100 KiB parts); halving the blocks and using one pipeline stage roughly halves and quarters that.
+# Every block divides FLEX_BLOCK_SIZE, as the block mask requires; backward blocks keep
+# BLOCK_N1 % BLOCK_M1 == 0 and BLOCK_M2 % BLOCK_N2 == 0.
+FLEX_KERNEL_OPTIONS: tuple[tuple[str, dict | None], ...] = (
+    ("flex", None),
+    ("flex:blocks64", {"BLOCK_M": 64, "BLOCK_N": 32, "num_stages": 1, "num_warps": 4,
+                       "bwd_BLOCK_M1": 32, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_BLOCK_N2": 32}),
+    ("flex:blocks32", {"BLOCK_M": 32, "BLOCK_N": 16, "num_stages": 1, "num_warps": 4,
+                       "bwd_BLOCK_M1": 16, "bwd_BLOCK_N1": 32, "bwd_BLOCK_M2": 32, "bwd_BLOCK_N2": 16}),
+)
+
+_log = logging.getLogger(__name__)
 
 
 def scaled_scores(q: Tensor, k: Tensor) -> Tensor:
@@ -236,23 +260,30 @@ def _flash(q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_elements: int, 
     return _FlashKernelAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), kernel, bq, bk, compiled)
 
 
-@functools.lru_cache(maxsize=1)
-def _compiled_flex():
-    from torch.nn.attention.flex_attention import flex_attention
-
-    return torch.compile(flex_attention, dynamic=False)
-
-
 @functools.lru_cache(maxsize=None)
 def _score_mod(kernel: Kernel):
     log_g = kernel.log_g
 
     def score_mod(score, b, h, q_idx, kv_idx):
         # log g is built from torch.where (never Tensor.clamp: compiled CPU flex in bf16 returns
-        # wrong outputs with clamp in the score modifier, measured on torch 2.13).
-        return log_g(score)
+        # wrong outputs with clamp in the score modifier, measured on torch 2.13). The score is
+        # cast to float32 first: log and log1p of a half-precision score have failed to lower.
+        return log_g(score.to(torch.float32))
 
     return score_mod
+
+
+def _flex_call(q, k, v, score_mod, block_mask, kernel_options):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, kernel_options=kernel_options)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_flex(kernel: Kernel):
+    # One compiled function (its own code object, see _fresh_code) per kernel: each kernel's score_mod,
+    # shapes and kernel options then count against their own recompile limit.
+    return torch.compile(_fresh_code(_flex_call), dynamic=False)
 
 
 def _all_true(b, h, q_idx, kv_idx):
@@ -266,7 +297,7 @@ def _full_block_mask(n: int, l: int, device: str):
     return create_block_mask(_all_true, None, None, n, l, device=device, BLOCK_SIZE=FLEX_BLOCK_SIZE)
 
 
-def _flex(q: Tensor, k: Tensor, v: Tensor, kernel: Kernel) -> Tensor:
+def _flex(q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, kernel_options: dict | None = None) -> Tensor:
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if q.device.type != "cuda" and needs_grad:
         raise RuntimeError(
@@ -277,26 +308,163 @@ def _flex(q: Tensor, k: Tensor, v: Tensor, kernel: Kernel) -> Tensor:
     if q.ndim != 4:
         raise ValueError(f"backend='flex' needs (B, H, N, d) inputs, got q of shape {tuple(q.shape)}")
     mask = _full_block_mask(q.shape[-2], k.shape[-2], str(q.device))
-    return _compiled_flex()(q, k, v, score_mod=_score_mod(kernel), block_mask=mask)
+    return _compiled_flex(kernel)(q, k, v, _score_mod(kernel), mask, kernel_options)
 
 
-def select_backend(kernel: str | Kernel, device: torch.device | str, dtype: torch.dtype, requires_grad: bool) -> str:
-    """The backend ``"auto"`` resolves to (fastest correct one measured for each case).
+@dataclass(frozen=True)
+class Candidate:
+    """One way ``"auto"`` may run eq. 7: a backend of ``BACKENDS`` and its options.
 
-    - softmax: ``"sdpa"`` everywhere (a fused library kernel; FlashAttention on CUDA).
-    - other kernels on CUDA in float32/bf16/fp16: ``"flex"`` (fused forward and backward).
-    - other kernels on CPU, or float64 anywhere: ``"flash"``. On CPU flex has no backward, and for
-      forward-only use its one-off compile (tens of seconds) outweighs its speed-up unless many
-      calls follow; pass ``backend="flex"`` explicitly for long CPU inference.
-      ``benchmarks/bench_attention_cpu.py`` holds the measurements behind this choice.
+    ``label`` names it in logs and run records (``"flex:blocks64"`` is flex with smaller Triton blocks,
+    ``"flash:eager"`` the flash path without its compiled blocks); ``kernel_options`` are flex's, as
+    sorted ``(key, value)`` pairs; ``compiled`` overrides ``kernel_attention``'s argument when set.
+    """
+
+    label: str
+    backend: str
+    kernel_options: tuple[tuple[str, object], ...] | None = None
+    compiled: bool | None = None
+
+
+def auto_candidates(kernel: str | Kernel, device: torch.device | str, dtype: torch.dtype) -> tuple[Candidate, ...]:
+    """The backends ``"auto"`` tries, in order, until one runs (forward, and backward when gradients
+    are needed) for the call's shapes; the fastest measured first, the least demanding last.
+
+    - softmax: ``"sdpa"`` (a fused library kernel; FlashAttention on CUDA), then ``"tiled"``.
+    - other kernels on CUDA in float32/bf16/fp16: ``"flex"`` with autotuned Triton blocks, flex with
+      the smaller blocks of ``FLEX_KERNEL_OPTIONS`` (when the GPU's shared memory or the lowering
+      refuses the defaults), then the hand-written ``"flash"`` path, then checkpointed ``"tiled"``.
+    - other kernels on CPU, or float64 anywhere: ``"flash"`` (compiled blocks), ``"flash"`` eager (no
+      C++ compiler), ``"tiled"``. On CPU flex has no backward, and for forward-only use its one-off
+      compile (tens of seconds) outweighs its speed-up unless many calls follow; pass
+      ``backend="flex"`` explicitly for long CPU inference. ``benchmarks/bench_attention_cpu.py``
+      holds the measurements behind this order.
     """
     kernel = get_kernel(kernel)
     device = torch.device(device)
     if kernel.name == "softmax":
-        return "sdpa"
+        return (Candidate("sdpa", "sdpa"), Candidate("tiled", "tiled"))
+    tail = (Candidate("flash", "flash"), Candidate("flash:eager", "flash", compiled=False), Candidate("tiled", "tiled"))
     if device.type == "cuda" and dtype in (torch.float32, torch.bfloat16, torch.float16):
-        return "flex"
-    return "flash"
+        flex = tuple(
+            Candidate(label, "flex", None if opts is None else tuple(sorted(opts.items())))
+            for label, opts in FLEX_KERNEL_OPTIONS
+        )
+        return flex + tail
+    return tail
+
+
+def select_backend(kernel: str | Kernel, device: torch.device | str, dtype: torch.dtype, requires_grad: bool) -> str:
+    """The backend ``"auto"`` prefers for a case: the first of :func:`auto_candidates` (which one
+    actually runs is decided on the first call, when the preferred one may fail to compile)."""
+    return auto_candidates(kernel, device, dtype)[0].backend
+
+
+# "auto"'s choice per (kernel, device, dtype, shapes, gradients): made once, on the first call.
+_AUTO_CHOICE: dict[tuple, tuple[Candidate, str]] = {}
+_RECORDERS: list[dict] = []
+
+
+@contextlib.contextmanager
+def recording_backends():
+    """Collect the backend every ``kernel_attention`` call inside the block ran on.
+
+    Yields a dict ``"kernel device dtype train|eval" -> {"backend": label, "reason": why}`` that
+    fills as calls happen (labels of :class:`Candidate`, or the backend that was requested);
+    a run records it so that its results say which attention actually computed them.
+    """
+    record: dict[str, dict[str, str]] = {}
+    _RECORDERS.append(record)
+    try:
+        yield record
+    finally:
+        _RECORDERS.remove(record)
+
+
+def _note(kernel: Kernel, q: Tensor, needs_grad: bool, label: str, reason: str) -> None:
+    key = f"{kernel.name} {q.device.type} {str(q.dtype).removeprefix('torch.')} {'train' if needs_grad else 'eval'}"
+    for record in _RECORDERS:
+        entry = record.get(key)
+        if entry is None:
+            record[key] = {"backend": label, "reason": reason}
+        elif label not in entry["backend"].split("+"):
+            # Another shape of the same case took another backend: keep both.
+            entry["backend"] += f"+{label}"
+            entry["reason"] += f"; {reason}"
+
+
+def _run(cand: Candidate, q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_elements: int, compiled: bool | None):
+    backend = cand.backend
+    if cand.compiled is not None:
+        compiled = cand.compiled
+    if backend == "sdpa":
+        if kernel.name != "softmax":
+            raise ValueError(f"backend='sdpa' computes softmax only, got kernel {kernel.name!r}; use 'flash' or 'flex'")
+        return F.scaled_dot_product_attention(q, k, v)
+    dtype = q.dtype
+    ct = _compute_dtype(dtype)
+    # The paper's custom attention ran in float32 while the model stayed under bf16 autocast (App. E.4).
+    # Casting q, k, v is not enough: autocast would cast every matmul inside back to bf16, so it is
+    # switched off for the hand-written paths (softmax via SDPA above keeps the autocast precision).
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        q, k, v = q.to(ct), k.to(ct), v.to(ct)
+        if backend == "flex":
+            out = _flex(q, k, v, kernel, None if cand.kernel_options is None else dict(cand.kernel_options))
+        elif backend == "dense":
+            out = _dense(q, k, v, kernel)
+        elif backend == "tiled":
+            out = _tiled(q, k, v, kernel, tile_elements, bool(compiled))
+        else:
+            out = _flash(q, k, v, kernel, tile_elements, compiled is not False)
+    return out.to(dtype)
+
+
+def _probe(cand: Candidate, q, k, v, kernel: Kernel, tile_elements: int, compiled: bool | None) -> None:
+    """Forward and backward once on detached copies: a backward that cannot compile or launch (flex's
+    shared-memory limit) fails only inside ``loss.backward()``, too late to choose another backend."""
+    copies = [t.detach().clone().requires_grad_(t.requires_grad) for t in (q, k, v)]
+    with torch.enable_grad():
+        out = _run(cand, *copies, kernel, tile_elements, compiled)
+        wanted = [t for t in copies if t.requires_grad]
+        torch.autograd.grad(out, wanted, torch.ones_like(out))
+    if q.device.type == "cuda":
+        torch.cuda.synchronize(q.device)
+
+
+def _auto(q, k, v, kernel: Kernel, tile_elements: int, compiled: bool | None, needs_grad: bool) -> Tensor:
+    key = (kernel.name, str(q.device), q.dtype, tuple(q.shape), tuple(k.shape), tuple(v.shape), needs_grad,
+           tile_elements, compiled)
+    chosen = _AUTO_CHOICE.get(key)
+    if chosen is not None:
+        _note(kernel, q, needs_grad, chosen[0].label, chosen[1])
+        return _run(chosen[0], q, k, v, kernel, tile_elements, compiled)
+    failures = []
+    for cand in auto_candidates(kernel, q.device, q.dtype):
+        try:
+            if needs_grad:
+                _probe(cand, q, k, v, kernel, tile_elements, compiled)
+            out = _run(cand, q, k, v, kernel, tile_elements, compiled)
+        except Exception as exc:  # a compile, lowering or launch failure: try the next backend
+            first_line = (str(exc).strip().splitlines() or [""])[0][:200]
+            failures.append(f"{cand.label} failed ({type(exc).__name__}: {first_line})")
+            if q.device.type == "cuda":
+                torch.cuda.empty_cache()
+            last = exc
+            continue
+        case = f"{kernel.name} on {q.device.type} {str(q.dtype).removeprefix('torch.')}, shapes q {tuple(q.shape)}"
+        if failures:
+            reason = "; ".join(failures) + f"; {cand.label} runs"
+            _log.warning("attention backend for %s: %s (%s)", case, cand.label, reason)
+        else:
+            reason = f"first choice for {kernel.name} on {q.device.type}"
+            _log.info("attention backend for %s: %s (%s)", case, cand.label, reason)
+        _AUTO_CHOICE[key] = (cand, reason)
+        _note(kernel, q, needs_grad, cand.label, reason)
+        return out
+    raise RuntimeError(
+        f"no attention backend runs kernel {kernel.name!r} on {q.device} {q.dtype} with q {tuple(q.shape)}: "
+        + "; ".join(failures)
+    ) from last
 
 
 def kernel_attention(
@@ -334,26 +502,8 @@ def kernel_attention(
         )
     if tile_elements < 1:
         raise ValueError(f"tile_elements={tile_elements}; must be a positive integer")
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if backend == "auto":
-        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-        backend = select_backend(kernel, q.device, q.dtype, needs_grad)
-    if backend == "sdpa":
-        if kernel.name != "softmax":
-            raise ValueError(f"backend='sdpa' computes softmax only, got kernel {kernel.name!r}; use 'flash' or 'flex'")
-        return F.scaled_dot_product_attention(q, k, v)
-    dtype = q.dtype
-    ct = _compute_dtype(dtype)
-    # The paper's custom attention ran in float32 while the model stayed under bf16 autocast (App. E.4).
-    # Casting q, k, v is not enough: autocast would cast every matmul inside back to bf16, so it is
-    # switched off for the hand-written paths (softmax via SDPA above keeps the autocast precision).
-    with torch.autocast(device_type=q.device.type, enabled=False):
-        q, k, v = q.to(ct), k.to(ct), v.to(ct)
-        if backend == "flex":
-            out = _flex(q, k, v, kernel)
-        elif backend == "dense":
-            out = _dense(q, k, v, kernel)
-        elif backend == "tiled":
-            out = _tiled(q, k, v, kernel, tile_elements, bool(compiled))
-        else:
-            out = _flash(q, k, v, kernel, tile_elements, compiled is not False)
-    return out.to(dtype)
+        return _auto(q, k, v, kernel, tile_elements, compiled, needs_grad)
+    _note(kernel, q, needs_grad, backend, "requested")
+    return _run(Candidate(backend, backend), q, k, v, kernel, tile_elements, compiled)

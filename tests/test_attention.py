@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from heavytail import attention
 from heavytail.attention import BACKENDS, kernel_attention, select_backend
 from heavytail.kernels import KERNEL_NAMES, get_kernel
 
@@ -185,3 +186,78 @@ def test_hand_written_attention_stays_float32_under_bf16_autocast(backend):
     assert out.dtype == torch.float32
     err = ((out.double() - ref).norm() / ref.norm()).item()
     assert err < 1e-5, err  # float32 accuracy; bf16 matmuls give ~1e-3 to 1e-2 here
+
+
+def test_auto_fallback_order_on_cuda_is_flex_then_smaller_blocks_then_flash_then_tiled():
+    labels = [c.label for c in attention.auto_candidates("log_elu", "cuda", torch.bfloat16)]
+    assert labels == ["flex", "flex:blocks64", "flex:blocks32", "flash", "flash:eager", "tiled"]
+    assert [c.backend for c in attention.auto_candidates("log_elu", "cpu", torch.float32)] == ["flash", "flash", "tiled"]
+    assert [c.label for c in attention.auto_candidates("softmax", "cuda", torch.float32)] == ["sdpa", "tiled"]
+    # the smaller flex blocks divide the block mask's blocks, as flex requires
+    for _, opts in attention.FLEX_KERNEL_OPTIONS[1:]:
+        assert all(attention.FLEX_BLOCK_SIZE % opts[k] == 0 for k in opts if "BLOCK" in k)
+
+
+def _cuda_chain_on_cpu(monkeypatch, failing):
+    """Run "auto" through the CUDA order on CPU tensors: the named candidates raise as a GPU without
+    enough shared memory would, flex candidates that do not fail stand in with the flash path (CPU
+    flex has no backward). Returns the labels of the calls made, in order."""
+    calls = []
+    real_run, real_candidates = attention._run, attention.auto_candidates
+
+    def run(cand, *args):
+        calls.append(cand.label)
+        if cand.label in failing:
+            raise RuntimeError(f"No valid triton configs. OutOfMemoryError: out of resource: shared memory ({cand.label})")
+        return real_run(attention.Candidate("flash", "flash") if cand.backend == "flex" else cand, *args)
+
+    monkeypatch.setattr(attention, "_run", run)
+    monkeypatch.setattr(attention, "auto_candidates", lambda kernel, device, dtype: real_candidates(kernel, "cuda", dtype))
+    monkeypatch.setattr(attention, "_AUTO_CHOICE", {})
+    return calls
+
+
+@pytest.mark.parametrize("failing,expected", [
+    ({"flex"}, "flex:blocks64"),
+    ({"flex", "flex:blocks64", "flex:blocks32"}, "flash"),
+    ({"flex", "flex:blocks64", "flex:blocks32", "flash", "flash:eager"}, "tiled"),
+])
+def test_auto_falls_back_in_order_records_and_logs_once(monkeypatch, caplog, failing, expected):
+    q, k, v = (t.float().requires_grad_() for t in _inputs((1, 1, 40, 16)))
+    ref = kernel_attention(q, k, v, "log_elu", backend="dense")
+    calls = _cuda_chain_on_cpu(monkeypatch, failing)
+    with attention.recording_backends() as record, caplog.at_level("INFO", logger="heavytail.attention"):
+        out = kernel_attention(q, k, v, "log_elu")
+        out2 = kernel_attention(q, k, v, "log_elu")  # decided once: no second search, no second log line
+    order = [c.label for c in attention.auto_candidates("log_elu", "cpu", torch.float32)]
+    # each candidate before the expected one fails once (in its forward+backward probe); the expected
+    # one is probed, then run; the second call runs it directly
+    assert calls == order[: order.index(expected)] + [expected] * 3
+    assert _rel(out.double(), ref.double()) < TOL and torch.equal(out, out2)
+    entry = record["log_elu cpu float32 train"]
+    assert entry["backend"] == expected
+    assert "flex failed (RuntimeError: No valid triton configs" in entry["reason"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "heavytail.attention"]
+    assert len(messages) == 1 and f": {expected} (" in messages[0] and "flex failed" in messages[0]
+    assert caplog.records[-1].levelname == "WARNING"  # a fallback is worth seeing
+    grads = torch.autograd.grad(out, [q, k, v], torch.ones_like(out))  # the chosen backend trains
+    grads_ref = torch.autograd.grad(ref, [q, k, v], torch.ones_like(ref))
+    assert all(_rel(g.double(), r.double()) < 10 * TOL for g, r in zip(grads, grads_ref))
+
+
+def test_auto_raises_when_no_backend_runs(monkeypatch):
+    _cuda_chain_on_cpu(monkeypatch, {c.label for c in attention.auto_candidates("log_elu", "cuda", torch.float32)})
+    q, k, v = (t.float() for t in _inputs((1, 1, 8, 4)))
+    with pytest.raises(RuntimeError, match="no attention backend runs.*tiled failed"):
+        kernel_attention(q, k, v, "log_elu")
+
+
+def test_recording_names_requested_and_auto_backends():
+    q, k, v = (t.float() for t in _inputs((1, 1, 24, 8)))
+    with attention.recording_backends() as record:
+        kernel_attention(q, k, v, "softmax")
+        kernel_attention(q.requires_grad_(), k, v, "linear_elu", backend="tiled")
+    assert record["softmax cpu float32 eval"]["backend"] == "sdpa"
+    assert record["linear_elu cpu float32 train"] == {"backend": "tiled", "reason": "requested"}
+    kernel_attention(q, k, v, "softmax", backend="dense")  # outside the block: not recorded
+    assert len(record) == 2
