@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import math
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from . import cli
 from .collapse import collapsed, spread_ratio
 from .config import RunConfig
 from .io import COMPLETE, atomic_torch_save, atomic_write_text, dumps_json, is_complete, read_jsonl, save_json
@@ -295,34 +295,33 @@ def training_log(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------- CLI
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``key=value`` pairs, values parsed as YAML scalars (``steps=10``, ``symlog=true``)."""
-    import yaml
-
-    out = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ValueError(f"--set expects key=value, got {pair!r}")
-        key, value = pair.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
-    return out
+parse_overrides = cli.parse_sets  # ``key=value`` pairs as YAML scalars (the benchmarks use it too)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m heavytail train [run.yaml] --output runs/x [--set KEY=VALUE ...]``: 0 when the run is
+    complete or paused, 2 (one line) for bad input: a missing file, a bad key or value, a folder of
+    another run, a device that is not there."""
     parser = argparse.ArgumentParser(prog="python -m heavytail train", description=__doc__.splitlines()[0])
     parser.add_argument("config", nargs="?", help="YAML run configuration (defaults: Table 3)")
-    parser.add_argument("--run-dir", required=True, help="run folder; an existing one is resumed")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override configuration keys")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar (batch use)")
+    cli.add_output(parser, "run folder; an existing one is resumed", "--run-dir", required=True)
+    cli.add_set(parser, "configuration keys")
+    cli.add_quiet(parser)
     parser.add_argument("--stop-after", type=int, default=None, help="pause after this many steps")
     args = parser.parse_args(argv)
     try:
-        overrides = parse_overrides(args.set)
+        overrides = cli.parse_sets(args.set)
+        if args.config and not Path(args.config).is_file():
+            raise FileNotFoundError(f"configuration file {args.config} does not exist")
         cfg = RunConfig.from_yaml(args.config, **overrides) if args.config else RunConfig.from_dict(overrides)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    train(cfg, args.run_dir, quiet=args.quiet, stop_after=args.stop_after)
-    state = "complete" if is_complete(args.run_dir) else "paused (resume by running the same command)"
-    print(f"{args.run_dir}: {state}")
+        if args.stop_after is not None and args.stop_after < 1:
+            raise ValueError(f"--stop-after {args.stop_after} is not allowed; it must be a positive number of steps")
+        resolve_device(cfg)
+        if RunDir(args.output).config_path.is_file():
+            _check_config(Path(args.output), cfg)  # a folder of another run: refused before any work
+    except (*cli.BAD_INPUT, RuntimeError) as err:
+        return cli.bad_input("train", err)
+    train(cfg, args.output, quiet=args.quiet, stop_after=args.stop_after)
+    state = "complete" if is_complete(args.output) else "paused (resume by running the same command)"
+    print(f"{args.output}: {state}")
     return 0
