@@ -1,0 +1,60 @@
+"""The command-line vocabulary shared by ``train``, ``evaluate``, ``report`` and ``grid``.
+
+The same flag means the same thing in every command: ``--output DIR`` (the folder written), ``--quiet``
+(no progress bars), ``--set KEY=VALUE`` (override a setting, the value read as YAML), ``--only PATTERN``
+(shell patterns of names to run). Bad input (a missing file, an unknown key, a value out of range) ends
+the command with one line on stderr and exit code 2, never a traceback: :func:`bad_input`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+# The exceptions a command raises for input it cannot use; anything else is a bug and keeps its traceback.
+BAD_INPUT = (ValueError, FileNotFoundError, NotADirectoryError, ModuleNotFoundError)
+
+
+def add_output(parser: argparse.ArgumentParser, help: str, *aliases: str, required: bool = False) -> None:
+    parser.add_argument("--output", *aliases, dest="output", default=None, required=required, metavar="DIR",
+                        help=help)
+
+
+def add_quiet(parser: argparse.ArgumentParser, *aliases: str) -> None:
+    parser.add_argument("--quiet", *aliases, dest="quiet", action="store_true", help="no progress bars (batch use)")
+
+
+def add_set(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--set", dest="set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                        help=f"override {what} (value read as YAML: steps=10, symlog=true, lr=3e-3)")
+
+
+def add_only(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--only", nargs="+", default=None, metavar="PATTERN",
+                        help=f"run only the {what} whose name matches one of these shell patterns")
+
+
+def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs, values parsed as YAML scalars (``steps=10``, ``symlog=true``)."""
+    import yaml
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects KEY=VALUE, got {pair!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise ValueError(f"--set {pair!r}: the value is not a YAML scalar ({err.__class__.__name__})") from None
+    return out
+
+
+def bad_input(command: str, err: BaseException) -> int:
+    """Print ``err`` as the command's one-line error and return the exit code for bad input (2)."""
+    message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if isinstance(err, FileNotFoundError) and err.filename and str(err.filename) not in message:
+        message = f"{err.filename}: {message}"
+    print(f"[{command}] error: {message}", file=sys.stderr)
+    return 2
