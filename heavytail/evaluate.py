@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,8 @@ import torch
 from tqdm.auto import tqdm
 
 from .collapse import collapsed, run_label, spread_ratio
-from .config import RunConfig
+from . import cli
+from .config import DEVICES, RunConfig
 from .io import load_json, save_json
 from .rundir import RunDir
 from .train import build_benchmark, is_complete, load_model
@@ -247,21 +247,30 @@ def load_results(run_dir: str | Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m heavytail evaluate RUN_DIR ... [--device cpu]``: writes each run's results.json; 2 (one
+    line, before anything is evaluated) when a folder is not a completed run or the device is not there."""
     parser = argparse.ArgumentParser(prog="python -m heavytail evaluate", description="Evaluate completed runs.")
-    parser.add_argument("run_dirs", nargs="+")
-    parser.add_argument("--floor-cache", default=None, help="folder for the shared floor pools")
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="completed run folders")
+    parser.add_argument("--floor-cache", default=None, metavar="DIR",
+                        help="folder for the shared floor pools (default: <run folder>/../_floors)")
+    parser.add_argument("--device", default="cpu", choices=DEVICES,
+                        help="where the model runs (default: cpu; auto: CUDA when torch sees it)")
+    cli.add_quiet(parser)
     args = parser.parse_args(argv)
-    status = 0
+    try:
+        unfinished = [d for d in args.run_dirs if not is_complete(d)]
+        if unfinished:
+            raise ValueError(f"not completed runs (no COMPLETE marker; train them first): {', '.join(unfinished)}")
+        from .train import resolve_device
+
+        device = resolve_device(RunConfig(device=args.device))
+    except (*cli.BAD_INPUT, RuntimeError) as err:
+        return cli.bad_input("evaluate", err)
     for run_dir in args.run_dirs:
-        if not is_complete(run_dir):
-            print(f"{run_dir}: not a completed run, skipped", file=sys.stderr)
-            status = 1
-            continue
-        res = evaluate(run_dir, floor_cache=args.floor_cache, quiet=args.quiet)
+        res = evaluate(run_dir, floor_cache=args.floor_cache, quiet=args.quiet, device=device)
         med, mean = res["energy"]["median"], res["energy"]["mean"]
         print(
             f"{res['name']}: median ratio {med['ratio']:.3f} [{med['low']:.3f}, {med['high']:.3f}]"
             f", mean ratio {mean['ratio']:.3f} [{mean['low']:.3f}, {mean['high']:.3f}], {res['collapse']['label']}"
         )
-    return status
+    return 0
