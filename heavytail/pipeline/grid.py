@@ -81,6 +81,7 @@ from typing import Any, Mapping, Sequence
 import submitit
 import yaml
 
+from .. import cli
 from ..artifacts import repo_root
 from ..config import RunConfig
 from ..io import load_json, save_json
@@ -812,6 +813,21 @@ def _run_slurm(report: GridReport, todo: list[tuple[GridEntry, ConfigurationJob]
     _wait_slurm(report, owners, spec.slurm.poll_s)
 
 
+def with_base(spec: GridSpec, overrides: Mapping[str, Any]) -> GridSpec:
+    """The grid of ``spec``'s file with ``overrides`` added to its base (``--set``); a key that is an axis
+    cannot be overridden for every configuration, so it is refused by name."""
+    if spec.source is None:
+        raise ValueError("--set needs a grid file")
+    data = yaml.safe_load(spec.source.read_text(encoding="utf-8")) or {}
+    axes = data.get("axes") or {}
+    on_axes = sorted(k for k in overrides if k in axes or any(isinstance(g, Mapping) and k in g
+                                                               for v in axes.values() if isinstance(v, list) for g in v))
+    if on_axes:
+        raise ValueError(f"--set {on_axes}: an axis of grid {spec.name!r} varies it; edit the grid file instead")
+    data["base"] = {**(data.get("base") or {}), **overrides}
+    return GridSpec.from_dict(data, source=spec.source)
+
+
 def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpec", executor: str = "local",
              workers: int | None = None, output_root: str | os.PathLike | None = None,
              only: Sequence[str] | None = None, threads: int | None = None, wait: bool = True,
@@ -911,9 +927,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=None,
                         help="threads per notebook kernel (default: local.threads_per_worker, or cores / workers; "
                              "slurm: slurm.cpus_per_task)")
-    parser.add_argument("--output-root", default=None, help="folder holding <grid>/ (default: <repo>/outputs)")
-    parser.add_argument("--only", nargs="+", default=None, metavar="PATTERN",
-                        help="run only configurations whose name matches one of these shell patterns")
+    cli.add_output(parser, "folder holding <grid>/ (default: <repo>/outputs)", "--output-root")
+    cli.add_only(parser, "configurations")
+    cli.add_set(parser, "configuration keys of every configuration (as if set in the file's base)")
+    cli.add_quiet(parser)
     parser.add_argument("--no-wait", action="store_true",
                         help="slurm: submit and return; run the same command later to collect (finished ones are skipped)")
     parser.add_argument("--list", action="store_true", dest="dry_run",
@@ -926,13 +943,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     or was cancelled, 1 when one did, 2 for bad input (the grid file, the cluster's limits)."""
     args = build_parser().parse_args(argv)
     try:
-        report = run_grid(args.grid, executor=args.executor, workers=args.workers, output_root=args.output_root,
+        grid = with_base(GridSpec.from_yaml(args.grid), cli.parse_sets(args.set)) if args.set else args.grid
+        report = run_grid(grid, executor=args.executor, workers=args.workers, output_root=args.output,
                           only=args.only, threads=args.threads, wait=not args.no_wait, dry_run=args.dry_run)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except cli.BAD_INPUT as err:
+        return cli.bad_input("grid", err)
     width = max(len(e.name) for e in report.entries)
-    for e in report.entries:
+    for e in ([] if args.quiet else report.entries):
         line = f"  {e.name:<{width}}  {e.status}"
         if e.status == "failed":
             line += f"  code cell {e.failed_cell}: {e.error}" if e.failed_cell else f"  {e.error}"
