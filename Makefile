@@ -1,6 +1,6 @@
 # heavytail — two commands do all the set-up on a fresh machine:
 #   make report   # set up, then execute every notebook with the CPU default (params/cpu.yaml)
-#   make test     # set up, then run the test suite (what .ci/run calls)
+#   make test     # set up, then lint (ruff) and run the test suite (what .ci/run calls)
 #
 # The active environment ($VIRTUAL_ENV or $CONDA_PREFIX) is used when there is one; otherwise a
 # .venv is created here. torch is installed first and explicitly, because a bare `torch` (or the
@@ -43,6 +43,7 @@ $(STAMP): pyproject.toml | $(PY)
 install: $(STAMP)
 
 test: install
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
 report: install

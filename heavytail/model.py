@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from heavytail.attention import BACKENDS, DEFAULT_TILE_ELEMENTS, attention_weights, kernel_attention, max_abs_score
-from heavytail.kernels import KERNEL_NAMES, get_kernel
+from heavytail.kernels import KERNEL_NAMES
 from heavytail.names import NORMS
 from heavytail.transforms import symexp, symlog
 

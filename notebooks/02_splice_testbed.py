@@ -37,7 +37,6 @@ output_root = None  # injected by the report runner
 # %%
 import os
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np

@@ -38,7 +38,6 @@ report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner
 
 # %%
-import math
 import os
 
 import matplotlib.pyplot as plt

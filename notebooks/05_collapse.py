@@ -48,7 +48,6 @@ report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner
 
 # %%
-import math
 import os
 from pathlib import Path
 
@@ -63,7 +62,7 @@ from heavytail.names import KERNEL_COLORS
 from heavytail.evaluate import evaluate, load_results
 from heavytail.artifacts import artifacts, repo_root
 from heavytail.summary import collect_runs, filter_runs
-from heavytail.train import build_benchmark, is_complete, load_model, train, training_log
+from heavytail.train import build_benchmark, load_model, train, training_log
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repo root
 art = artifacts("05_collapse", report=report, output_root=output_root)

@@ -34,7 +34,6 @@ def _shear_trials(j, k, params):
 
 
 def test_center_is_the_symmetry_center_even_without_a_mean():
-    gen = torch.Generator().manual_seed(0)
     trials = _shear_trials([0.3], [0.5], (2.0, 1.0000001))  # heavy axis at the 1 + eps end: no useful mean
     x = _inputs("sheared_swap", "mirrored_pareto", trials)[0]
     c_true = trials.T_in[0] @ torch.ones(2, dtype=torch.float64)

@@ -107,7 +107,7 @@ def test_trials_draw_fresh_uniform_omega_in_the_paper_ranges(op, marg):
 @pytest.mark.parametrize("op,marg", IDENTIFIABLE)
 def test_input_to_output_and_output_to_latent(op, marg):
     t = Benchmark(op, marg).sample_trials(64, generator=gen(3))
-    t_in, t_out = t.T_in.numpy(), t.T_out.numpy()
+    t_in = t.T_in.numpy()
     if op == "sheared_swap":  # Psi = (M P M^-1)_# (Section 3.2.2)
         expected = t_in @ EXCHANGE.numpy() @ np.linalg.inv(t_in)
     else:  # Psi = (B^-2)_#
