@@ -88,6 +88,15 @@ def test_an_impossible_request_is_one_line_and_exit_2(slurm_cluster, tmp_path, c
     assert not (tmp_path / "grid-refused" / "_submitit").exists()  # nothing was submitted
 
 
+def test_sinfo_time_limits_and_gres_are_read():
+    from heavytail.pipeline.slurm import _gpus, _minutes
+
+    assert [_minutes(t) for t in ("infinite", "UNLIMITED", "30", "30:00", "1:00:00", "2-00:00:00", "2-12", "1-2:30")] \
+        == [None, None, 30, 30, 60, 2880, 3600, 1590]
+    assert [_gpus(g) for g in ("(null)", "gpu:4", "gpu:a100:4(S:0-1)", "gpu:a100:2,gpu:v100:2", "gpu:1,shard:8")] \
+        == [0, 4, 4, 4, 1]
+
+
 def test_without_sbatch_the_grid_says_so_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no SLURM commands on it
     grid = yaml.safe_load((PARAMS / "grid_smoke.yaml").read_text())
@@ -124,14 +133,14 @@ def test_the_smoke_grid_runs_to_ok_on_slurm(slurm_cluster, tmp_path, capfd):
 
 # --------------------------------------------------------------------------------- timeout and requeue
 def _submitit_log(grid_dir: Path, job_id: str) -> list[tuple[str, str]]:
-    """(time, message) of submitit's lines in the job's logs (appended across requeues)."""
+    """(time, message) of submitit's lines in the job's stdout log (every level; appended across requeues)."""
     lines = []
-    for log in sorted((grid_dir / "_submitit" / job_id).glob("*_log.*")):
+    for log in sorted((grid_dir / "_submitit" / job_id).glob("*_log.out")):
         for line in log.read_text(errors="replace").splitlines():
             match = re.match(r"submitit \w+ \((\d{4}-\d\d-\d\d [\d:]+),\d+\) - (.*)", line)
             if match:
                 lines.append((match.group(1), match.group(2)))
-    return sorted(lines)
+    return lines
 
 
 def test_a_timed_out_job_is_requeued_and_resumes_to_the_same_weights(slurm_cluster, tmp_path):
@@ -216,7 +225,7 @@ def test_a_timed_out_job_is_requeued_and_resumes_to_the_same_weights(slurm_clust
                  if any(p in msg for p in ("Starting with", "Caught signal", "Requeued job", "completed", "Exiting"))]
     timeline.append((json.loads((run_dir / "execution.json").read_text())["started"].replace("T", " "),
                      f"notebook executed again: training resuming from {resumed.group(1)}"))
-    report = "\n".join(f"  {t}  {event}" for t, event in sorted(timeline))
+    report = "\n".join(f"  {t}  {event}" for t, event in sorted(timeline, key=lambda item: item[0]))
     (grid_dir / "requeue_timeline.txt").write_text(report + "\n")
     print(f"requeue timeline of SLURM job {job_id} ({name}):\n{report}")
 
