@@ -49,8 +49,10 @@ test: install
 report: install
 	$(PY) -m heavytail report $(PARAMS)
 
+# The repository's own JupyterLab defaults (.jupyter/lab/settings/overrides.json: py:percent files open in
+# the jupytext notebook view); the user's settings still win, and their global configuration is not touched.
 lab: install
-	$(PY) -m jupyter lab notebooks/
+	$(PY) -m jupyter lab --LabApp.app_settings_dir=$(CURDIR)/.jupyter/lab/settings notebooks/
 
 bench: install
 	$(PY) benchmarks/bench_energy.py --quick

@@ -276,9 +276,16 @@ def index_cells(aggs: Iterable[Mapping[str, Any]]) -> dict[tuple, Mapping[str, A
 # Formatting helpers
 # --------------------------------------------------------------------------------------------------
 def fmt_ratio(x: float) -> str:
+    """Three significant digits, trailing zeros kept (0.857, 1.50, 33.2; 1.23e+03 from 1000 up): at these
+    evaluation sizes the bootstrap intervals are wider than 1%, so a fourth digit would be noise."""
     if x is None or not math.isfinite(x):
         return "nan" if x is None or math.isnan(x) else ("inf" if x > 0 else "-inf")
-    return f"{x:.3f}" if 1e-3 <= abs(x) < 1e3 else f"{x:.2e}"
+    if x == 0:
+        return "0"
+    if not 1e-3 <= abs(x) < 1e3:
+        return f"{x:.2e}"
+    text = f"{x:#.3g}"
+    return text[:-1] if text.endswith(".") else text
 
 
 def fmt_sci(x: float) -> str:
@@ -440,14 +447,16 @@ _PAPER = {
 }
 
 
-def paper_value(benchmark: str, marginals: str, norm: str, kernel: str, symlog: bool, statistic: str) -> str:
-    """The paper's Table 5/6 entry as text ('1.174', '**0.863**' for bold, 'collapse')."""
+def paper_value(benchmark: str, marginals: str, norm: str, kernel: str, symlog: bool,
+                statistic: str) -> str | dict[str, Any]:
+    """The paper's Table 5/6 entry as the paper prints it: '1.174', a bold cell {'text': '0.863', 'bold': True},
+    or 'collapse'."""
     rows = _PAPER[(benchmark, statistic, norm)].split("|")
     columns = [(m, s) for m in BENCHMARK_MARGINALS[benchmark] for s in (False, True)]
     raw = rows[KERNELS.index(kernel)].split()[columns.index((marginals, bool(symlog)))]
     if raw == "C":
         return "collapse"
-    return f"**{raw[:-1]}**" if raw.endswith("b") else raw
+    return {"text": raw[:-1], "bold": True} if raw.endswith("b") else raw
 
 
 def comparison_table(aggs: Sequence[Mapping[str, Any]], statistic: str = "median") -> dict[str, Any]:
@@ -461,7 +470,7 @@ def comparison_table(aggs: Sequence[Mapping[str, Any]], statistic: str = "median
             "transform": TRANSFORM_LABELS[a["symlog"]], "this grid": ours,
             "paper": paper_value(a["benchmark"], a["marginals"], a["norm"], a["kernel"], a["symlog"], statistic),
         })
-    return {"title": f"{statistic.capitalize()} ratio at this scale next to the paper's (bold **x**: the paper's bold)",
+    return {"title": f"{statistic.capitalize()} ratio at this scale next to the paper's (bold as in the paper, App. H.2)",
             "columns": ["benchmark", "marginals", "norm", "kernel", "transform", "this grid", "paper"],
             "rows": rows, "notes": ""}
 
@@ -613,6 +622,26 @@ def _softmax_contrast(cells: Mapping[tuple, Any], soft: tuple) -> str:
     return ". Softmax did not collapse here either, so the contrast the paper draws with softmax is not shown"
 
 
+# The summary notebook's figure of each (benchmark, norm): Figures 2, 3 (post-norm), 8, 9 (pre-norm).
+FIGURE_NUMBERS = {("sheared_swap", "post"): 2, ("matrix_inverse", "post"): 3,
+                  ("sheared_swap", "pre"): 8, ("matrix_inverse", "pre"): 9}
+# The notebook section whose tables hold every number a claim is checked on.
+CLAIMS_SECTION = "Tables 5 and 6: energy distance as a multiple of the sampling floor"
+
+
+def figure_name(benchmark: str, norm: str) -> str:
+    """File name (no extension) of the summary notebook's energy figure for ``benchmark`` and ``norm``."""
+    return f"figure{FIGURE_NUMBERS[benchmark, norm]}_{benchmark}_{norm}"
+
+
+def decided_by(claim: Claim) -> dict[str, Any]:
+    """Where a reader sees what decides ``claim``: the summary notebook's table section and the figures of
+    every (benchmark, norm) the claim's configurations span, in figure order."""
+    pairs = {(k[0], k[2]) for k in claim.needs}
+    figures = [figure_name(b, n) for (b, n), _ in sorted(FIGURE_NUMBERS.items(), key=lambda kv: kv[1]) if (b, n) in pairs]
+    return {"notebook": "06_summary", "section": CLAIMS_SECTION, "figures": figures}
+
+
 def findings(aggs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Each claim of Sections 4.2 and 5 with verdict 'reproduced' / 'not reproduced' / 'not run' and the
     evidence (numbers from the runs). Definitions of collapsed / lower / similar: :data:`DEFINITIONS`."""
@@ -631,7 +660,7 @@ def findings(aggs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             verdict = "reproduced" if holds else "not reproduced"
         out.append({"id": claim.id, "claim": claim.claim, "source": claim.source, "paper": claim.paper,
                     "verdict": verdict, "evidence": evidence, "n_needed": len(claim.needs),
-                    "n_missing": len(missing)})
+                    "n_missing": len(missing), "decided_by": decided_by(claim)})
     return out
 
 

@@ -77,7 +77,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import scipy.ndimage
 import torch
-from IPython.display import Markdown, display
 
 from heavytail.ablation import figure5_trial, findings, transport_sample
 from heavytail.config import RunConfig
@@ -263,4 +262,4 @@ art.save_figure(fig, "energy_distribution")
 # %%
 sentence = findings(results, skipped_steps=n_skipped)
 art.save_table("findings.json", {"name": cfg.name, "findings": sentence})
-display(Markdown(sentence))
+art.conclude(sentence, figure="energy_distribution")

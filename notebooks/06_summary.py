@@ -33,7 +33,6 @@ grid_dir = "outputs/grid-cpu"  # the grid's output folder <output_root>/<grid na
 report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner: where this notebook's figures and tables go
 filters = {}  # optional {RunConfig key: value} to select runs when a grid varies more than the ablation axes
-scale_note = ""  # what the grid's author tried when choosing its scale, printed under "What ran at this scale"
 paper_grid_file = "params/grid_paper.yaml"  # the grid at the paper's scale (Table 3), to run on GPUs
 
 # %%
@@ -80,9 +79,12 @@ if not grid_path.is_dir():
     print("The grid folder does not exist: run the grid first (python -m heavytail grid <grid.yaml>).")
 print(f"paper-scale grid file: {paper_grid_file}"
       + ("" if (root / paper_grid_file).is_file() else " (not present in this checkout)"))
-if scale_note:
-    display(Markdown(f"**How this scale was chosen.** {scale_note}"))
 show(S.scale_table(runs), "scale")
+timed = sorted(r.log[-1]["seconds"] / r.log[-1]["step"] for r in runs
+               if r.log and r.log[-1].get("seconds") and r.log[-1].get("step"))
+if timed:
+    print(f"measured: {timed[len(timed) // 2]:.3f} s per training step (median over {len(timed)} runs; "
+          f"range {timed[0]:.3f}-{timed[-1]:.3f} s)")
 
 # %%
 record = S.grid_status(grid_path) if grid_path.is_dir() else None
@@ -153,7 +155,7 @@ for norm, numbers in (("post", (2, 3)), ("pre", (8, 9))):
         if not any(a["benchmark"] == benchmark for a in present):
             display(Markdown(f"*No {S.NORM_LABELS[norm]} {S.BENCHMARK_LABELS[benchmark]} runs: Figure {number} not drawn.*"))
             continue
-        save(P.energy_figure(aggs, benchmark, norm), f"figure{number}_{benchmark}_{norm}")
+        save(P.energy_figure(aggs, benchmark, norm), S.figure_name(benchmark, norm))
 
 # %% [markdown]
 # ## Figures 10 and 11: per-trial energy distances against the floor
@@ -227,3 +229,8 @@ if counts["not run"] or counts["not reproduced"]:
     lines.append(f"Claims not run or not reproduced here are what the paper-scale grid ({paper_grid_file}) is for; "
                  "a result at a smaller scale neither confirms nor refutes the paper's.")
 display(Markdown("\n\n".join(lines)))
+
+# %%
+key_figure = next((name for name in (S.figure_name("sheared_swap", "post"), S.figure_name("matrix_inverse", "post"),
+                                     "figure10_sheared_swap_ecdf") if art.path(f"{name}.png").is_file()), None)
+art.conclude(lines[0], figure=key_figure)

@@ -150,8 +150,8 @@ def test_tables_mark_bold_collapse_and_not_run():
     assert soft["mirrored Pareto / none"]["text"].startswith("collapse")
     assert sq["mirrored Pareto / signed-log"]["bold"] and not sq["mirrored Pareto / none"]["bold"]
     html_ = S.to_html(t)
-    assert "<b>0.800 [0.700, 0.900]</b>" in html_ and "1.500 [1.400, 1.600]</td>" in html_
-    assert S.records(t)[1]["mirrored Pareto / none"] == "1.500 [1.400, 1.600]"
+    assert "<b>0.800 [0.700, 0.900]</b>" in html_ and "1.50 [1.40, 1.60]</td>" in html_
+    assert S.records(t)[1]["mirrored Pareto / none"] == "1.50 [1.40, 1.60]"
     assert "**0.800 [0.700, 0.900]**" in S.to_markdown(t)
     assert S.to_csv(t).splitlines()[0].startswith("norm,kernel,")
 
@@ -166,10 +166,33 @@ def test_tables_mark_bold_collapse_and_not_run():
 
 
 def test_the_paper_values_are_read_back_in_table_order():
-    assert S.paper_value("sheared_swap", "mirrored_pareto", "post", "squared_elu", False, "median") == "**1.174**"
+    assert S.paper_value("sheared_swap", "mirrored_pareto", "post", "squared_elu", False, "median") == {
+        "text": "1.174", "bold": True}
     assert S.paper_value("sheared_swap", "gaussian", "post", "softmax", True, "mean") == "1.185"
     assert S.paper_value("matrix_inverse", "mirrored_pareto", "post", "softmax", False, "median") == "collapse"
     assert S.paper_value("matrix_inverse", "mirrored_pareto", "post", "squared_elu", False, "median") == "3.423"
+
+
+def test_the_comparison_table_renders_the_papers_bold_as_html_not_markdown():
+    aggs = S.aggregate(paper_like_grid())
+    html_ = S.to_html(S.comparison_table(aggs, "median"))
+    assert "**" not in html_
+    assert "<b>1.174</b>" in html_  # squared-ELU, post-norm, sheared swap, no symlog: bold in Table 5
+    assert "<td style='padding:2px 8px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top'>3.423</td>" in html_
+
+
+@pytest.mark.parametrize("x, text", [(0.8571, "0.857"), (1.5, "1.50"), (33.214, "33.2"), (9.996, "10.0"),
+                                     (100.0, "100"), (0.052, "0.0520"), (1234.0, "1.23e+03"), (0.0, "0")])
+def test_ratios_print_with_three_significant_digits(x, text):
+    assert S.fmt_ratio(x) == text
+
+
+def test_each_claim_names_the_figures_that_show_its_configurations():
+    found = {f["id"]: f for f in S.findings([])}
+    assert found["softmax-collapses-matrix_inverse"]["decided_by"]["figures"] == ["figure3_matrix_inverse_post"]
+    assert found["prenorm-no-collapse"]["decided_by"]["figures"] == ["figure8_sheared_swap_pre",
+                                                                     "figure9_matrix_inverse_pre"]
+    assert all(f["decided_by"]["notebook"] == "06_summary" for f in found.values())
 
 
 # ------------------------------------------------------------------------------------------ collecting

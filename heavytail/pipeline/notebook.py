@@ -231,7 +231,15 @@ def write_index(out_dir: Path, report: str, results: Sequence[NotebookResult], p
 """
     index = out_dir / "index.html"
     atomic_write_text(index, body)
-    atomic_write_text(out_dir / "index.json", dumps_json(
+    write_index_json(out_dir, report, results, params_source, finished)
+    return index
+
+
+def write_index_json(out_dir: Path, report: str, results: Sequence[NotebookResult], params_source: Path | None,
+                     finished: bool) -> Path:
+    """``index.json``: every notebook's result, for scripts and tests (the pages are for people)."""
+    path = out_dir / "index.json"
+    atomic_write_text(path, dumps_json(
         {"report": report, "finished": finished, "params": str(params_source or ""),
          "notebooks": [r.__dict__ for r in results]}, indent=2) + "\n")
-    return index
+    return path

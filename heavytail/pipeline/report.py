@@ -1,8 +1,9 @@
 """The literate report: run every analysis notebook with papermill and index the rendered results.
 
 Each notebook is one :func:`heavytail.pipeline.notebook.run_notebook` execution (jupytext, papermill,
-nbconvert); ``outputs/<report>/index.html`` links every notebook with its status, elapsed time and, for a
-failed notebook, the failing cell and error. A failing notebook keeps its partial output, is marked failed,
+nbconvert); ``outputs/<report>/index.html`` is the landing page (:mod:`heavytail.pipeline.landing`): the
+report's state, the scale that ran, the findings, and a card per notebook with its status, run time, key
+figure and conclusion (for a failed notebook, the failing cell and error). A failing notebook keeps its partial output, is marked failed,
 and the remaining notebooks still run; the runner exits non-zero at the end if any notebook failed.
 
 Params YAML convention (one file carries every notebook's parameters and names the grids)::
@@ -49,8 +50,9 @@ from typing import Any, Mapping, Sequence
 
 from ..artifacts import NOTEBOOK_PATTERN, repo_root
 from .grid import EXECUTORS, GridSpec, run_grid
+from .landing import write_landing
 from .notebook import (RUNNER_PARAMETERS, NotebookResult, _require_notebook_tools, discover_notebooks,
-                       run_notebook, write_index)
+                       run_notebook, write_index_json)
 
 GRID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 SECTION_GRIDS = "grids"  # the reserved key of a notebook section: which grid folders it reads
@@ -214,7 +216,7 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
         else:
             to_run.append((src, r, []))
         results.append(r)
-    write_index(out_dir, params.report, results, params.source, finished=False)
+    _write_pages(out_dir, params, results, root, finished=False)
 
     in_folder = {s.resolve() for s in sources}
     ran: set[str] = set()
@@ -230,7 +232,7 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
             print(f"[report] {src.stem}: running" + (f" (grid {', '.join(g.spec.name for g in own)}, {executor})"
                                                      if own else ""), file=sys.stderr, flush=True)
         placeholder.status = "running"
-        write_index(out_dir, params.report, results, params.source, finished=False)
+        _write_pages(out_dir, params, results, root, finished=False)
         if own:
             done = _run_grid_step(own, src.stem, out_dir, executor)
             ran.update(g.key for g in own)
@@ -244,9 +246,17 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
         if done.status == "failed":
             msg += f" (cell {done.failed_cell}: {done.error})"
         print(msg, file=sys.stderr, flush=True)
-        write_index(out_dir, params.report, results, params.source, finished=False)
-    write_index(out_dir, params.report, results, params.source, finished=True)
+        _write_pages(out_dir, params, results, root, finished=False)
+    _write_pages(out_dir, params, results, root, finished=True)
     return results
+
+
+def _write_pages(out_dir: Path, params: ReportParams, results: Sequence[NotebookResult], root: Path,
+                 finished: bool) -> None:
+    """The landing page (index.html, :mod:`heavytail.pipeline.landing`) and index.json, rewritten after
+    every notebook so that a killed run reads as partial."""
+    write_landing(out_dir, params.report, results, params.source, finished=finished, root=root)
+    write_index_json(out_dir, params.report, results, params.source, finished)
 
 
 def _load_grids(params: ReportParams, root: Path, outputs: Path) -> list[_Grid]:

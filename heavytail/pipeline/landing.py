@@ -1,0 +1,419 @@
+"""The report's landing page, ``outputs/<report>/index.html``: what did this run find?
+
+Read top to bottom, it answers a reviewer's questions in the order they ask them:
+
+1. the first line: complete, failed (which notebook, at which code cell) or partial (still running,
+   interrupted, or notebooks not run);
+2. the scale that ran next to the paper's (the summary notebook's ``scale.csv``);
+3. the findings: every claim a notebook checked (``claims.json``), reproduced / not reproduced / not run,
+   linked to the notebook section and figures that decide it;
+4. one card per notebook: status, run time, its key figure as a thumbnail, its one-sentence conclusion
+   (``conclusion.json``, written by :meth:`heavytail.artifacts.Artifacts.conclude`), and its figures and
+   tables; run internals (checkpoints, caches, ``COMPLETE``, ``.ipynb``) are not report items;
+5. the grids: each grid's state, with its run folders.
+
+Self-contained: one HTML file with inline CSS, no script, every figure and page linked relatively, so the
+report folder opens offline, moves as a whole, and prints. The page only reads what notebooks wrote; it
+never computes a result itself.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import html
+import json
+import os
+import re
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+from urllib.parse import quote, unquote
+
+from ..artifacts import CONCLUSION_FILE
+from ..io import atomic_write_text
+
+CLAIMS_FILE = "claims.json"  # a list of claims a notebook checked; see :func:`heavytail.summary.findings`
+SCALE_FILE = "scale.csv"  # columns: setting, this run's value(s), the paper's value
+VERDICTS = ("reproduced", "not reproduced", "not run")
+TABLE_SUFFIXES = (".csv", ".json")
+NOT_REPORT_ITEMS = {CONCLUSION_FILE}  # read by this page, not offered as a table
+
+_CSS = """
+:root { --ok:#1a7f37; --bad:#cf222e; --warn:#9a6700; --mute:#6e7781; --line:#d0d7de; }
+* { box-sizing: border-box; }
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
+       color: #1f2328; max-width: 1180px; margin: 0 auto; padding: 1.2em 1.5em 3em; }
+h1 { font-size: 1.5em; margin: .3em 0 .2em; } h2 { font-size: 1.2em; margin: 1.6em 0 .5em;
+     border-bottom: 1px solid var(--line); padding-bottom: .2em; }
+a { color: #0969da; } .meta, .note { color: var(--mute); font-size: .9em; }
+.status { font-size: 1.1em; padding: .6em .9em; border-radius: 6px; margin: 0; border-left: 6px solid; }
+.status.complete { background: #dafbe1; border-color: var(--ok); }
+.status.failed { background: #ffebe9; border-color: var(--bad); }
+.status.partial { background: #fff8c5; border-color: var(--warn); }
+table { border-collapse: collapse; width: 100%; font-size: .92em; }
+th, td { text-align: left; vertical-align: top; padding: 4px 8px; border-bottom: 1px solid var(--line); }
+th { border-bottom: 2px solid #57606a; }
+.badge { display: inline-block; font-weight: 600; font-size: .85em; padding: 0 .5em; border-radius: 1em;
+         border: 1px solid currentColor; white-space: nowrap; }
+.v-reproduced, .s-ok, .s-skipped-done { color: var(--ok); } .v-not-reproduced, .s-failed { color: var(--bad); }
+.v-not-run, .s-skipped, .s-pending { color: var(--mute); } .s-running, .s-submitted { color: var(--warn); }
+td.evidence { font-size: .85em; color: #424a53; max-width: 34em; }
+.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(340px, 1fr)); gap: 14px; }
+.card { border: 1px solid var(--line); border-radius: 8px; padding: .7em .9em; break-inside: avoid; }
+.card h3 { margin: 0 0 .3em; font-size: 1.05em; } .card .conclusion { margin: .5em 0; }
+.thumb { display: block; text-align: center; background: #f6f8fa; border-radius: 4px; margin: .4em 0; }
+.thumb img { max-width: 100%; max-height: 210px; object-fit: contain; }
+.files { font-size: .85em; margin: .2em 0; } .files b { color: var(--mute); font-weight: 600; }
+details { font-size: .85em; } pre { white-space: pre-wrap; margin: .3em 0; }
+@media print {
+  body { max-width: none; padding: 0; font-size: 11pt; } a { color: inherit; text-decoration: none; }
+  .cards { display: block; } .card { margin-bottom: 10px; } h2 { break-after: avoid; }
+  tr { break-inside: avoid; }
+}
+"""
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading what the notebooks wrote
+# --------------------------------------------------------------------------------------------------
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _read_csv(path: Path) -> list[dict[str, str]] | None:
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh))
+    except OSError:
+        return None
+
+
+def _href(path: str) -> str:
+    """A relative link: each segment percent-encoded, '/' kept."""
+    return html.escape(quote(path, safe="/#"), quote=True)
+
+
+def _esc(text: Any) -> str:
+    return html.escape(str(text))
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
+def heading_ids(page: Path) -> dict[str, str]:
+    """The anchors nbconvert gave a rendered notebook's headings, by heading text (spaces as in the text)."""
+    try:
+        text = page.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    return {unquote(m.group(1)).replace("-", " "): m.group(1) for m in re.finditer(r'<h[1-6][^>]*\sid="([^"]+)"', text)}
+
+
+def _anchor(out_dir: Path, notebook: str, section: str | None) -> str:
+    """``<notebook>.html#<id of section>``, or the page itself when the section has no anchor there."""
+    page = f"{notebook}.html"
+    if section:
+        ident = heading_ids(out_dir / page).get(section.replace("-", " "))
+        if ident:
+            return f"{page}#{ident}"
+    return page
+
+
+def figures_of(folder: Path) -> list[Path]:
+    """A notebook's saved figures (PNG, each with its SVG), in the order the notebook saved them."""
+    if not folder.is_dir():
+        return []
+    return sorted(folder.glob("*.png"), key=lambda p: (p.stat().st_mtime, p.name))
+
+
+def tables_of(folder: Path) -> list[Path]:
+    """A notebook's tables (CSV, JSON) at the top of its artifact folder; subfolders hold run internals."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in TABLE_SUFFIXES
+                  and p.name not in NOT_REPORT_ITEMS and not p.name.startswith("."))
+
+
+def run_folders_of(folder: Path) -> list[Path]:
+    """Training run folders a notebook wrote inside its artifact folder (any folder holding config.yaml)."""
+    if not folder.is_dir():
+        return []
+    return sorted(p.parent for p in folder.rglob("config.yaml") if not any(part.startswith(("_", ".")) for part in
+                                                                          p.relative_to(folder).parts))
+
+
+def conclusion_of(folder: Path) -> Mapping[str, Any] | None:
+    data = _read_json(folder / CONCLUSION_FILE)
+    return data if isinstance(data, Mapping) and data.get("sentence") else None
+
+
+def claims_in(out_dir: Path, names: Iterable[str]) -> list[tuple[str, Mapping[str, Any]]]:
+    """Every (notebook, claim) of the notebooks' ``claims.json`` files, in notebook order."""
+    found = []
+    for name in names:
+        data = _read_json(out_dir / name / CLAIMS_FILE)
+        if isinstance(data, list):
+            found += [(name, c) for c in data if isinstance(c, Mapping) and c.get("verdict") in VERDICTS]
+    return found
+
+
+def _git_commit(root: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+
+
+# --------------------------------------------------------------------------------------------------
+# The sections
+# --------------------------------------------------------------------------------------------------
+def report_state(results: Sequence[Any], finished: bool) -> tuple[str, str]:
+    """('complete' | 'failed' | 'partial', the first line's text)."""
+    failed = [r for r in results if r.status == "failed"]
+    waiting = [r for r in results if r.status in ("running", "pending")]
+    skipped = [r for r in results if r.status == "skipped"]
+    ran = [r for r in results if r.status == "ok"]
+    if failed:
+        parts = []
+        for r in failed:
+            where = f" at code cell {r.failed_cell}" if r.failed_cell is not None else ""
+            error = (r.error or "unknown error").strip()
+            parts.append(f"{r.name} failed{where}: {error[:300]}{'…' if len(error) > 300 else ''}")
+        tail = f" {len(ran)} of {len(results)} notebooks ran to the end."
+        if not finished:
+            tail += " The run has not finished (or was interrupted)."
+        return "failed", "Failed. " + " ".join(p + "." for p in parts) + tail
+    if not finished or waiting:
+        running = [r.name for r in waiting if r.status == "running"]
+        pending = [r.name for r in waiting if r.status == "pending"]
+        text = f"Partial: the run is in progress or was interrupted; {len(ran)} of {len(results)} notebooks done"
+        if running:
+            text += f", running: {', '.join(running)}"
+        if pending:
+            text += f", not started: {', '.join(pending)}"
+        return "partial", text + "."
+    if skipped:
+        why = "; ".join(f"{r.name} ({r.error or 'skipped'})" for r in skipped)
+        return "partial", f"Partial: {len(ran)} of {len(results)} notebooks ran, all ok; not run: {why}."
+    return "complete", f"Complete: all {len(results)} notebooks ran without error."
+
+
+def _scale_section(out_dir: Path, names: Sequence[str]) -> str:
+    for name in names:
+        rows = _read_csv(out_dir / name / SCALE_FILE)
+        if not rows:
+            continue
+        columns = list(rows[0])
+        head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
+        body = "\n".join("<tr>" + "".join(f"<td>{_esc(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in rows)
+        return (f"<p class='note'>From <a href='{_href(name + '.html')}'>{_esc(name)}</a>: the settings of the runs it "
+                f"summarised, next to the paper's (Table 3).</p><table><tr>{head}</tr>\n{body}</table>")
+    return "<p class='note'>No scale table: no notebook of this report wrote one (the summary notebook did not run).</p>"
+
+
+def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str, Any]) -> str:
+    claims = claims_in(out_dir, names)
+    if not claims:
+        summary = [n for n in names if n.endswith("summary")]
+        why = "; ".join(f"{n}: {results[n].status}" for n in summary if n in results) or "no notebook checked claims"
+        return f"<p class='note'>No findings recorded ({_esc(why)}).</p>"
+    counts = {v: sum(c["verdict"] == v for _, c in claims) for v in VERDICTS}
+    line = ", ".join(f"<span class='v-{v.replace(' ', '-')}'><b>{counts[v]}</b> {v}</span>" for v in VERDICTS)
+    rows = []
+    for notebook, c in claims:
+        decided = c.get("decided_by") or {}
+        page_of = decided.get("notebook", notebook)
+        links = [f"<a href='{_href(_anchor(out_dir, page_of, decided.get('section')))}'>"
+                 f"{_esc(decided.get('section') or page_of)}</a>"]
+        for fig in decided.get("figures", ()):
+            png = out_dir / page_of / f"{fig}.png"
+            if png.is_file():
+                links.append(f"<a href='{_href(f'{page_of}/{fig}.png')}'>{_esc(fig)}</a>")
+            else:
+                links.append(f"<span class='note'>{_esc(fig)} (not drawn)</span>")
+        verdict = c["verdict"]
+        rows.append(
+            f"<tr><td><span class='badge v-{verdict.replace(' ', '-')}'>{_esc(verdict)}</span></td>"
+            f"<td>{_esc(c.get('claim', ''))}<div class='note'>{_esc(c.get('source', ''))}</div></td>"
+            f"<td>{_esc(c.get('paper', ''))}</td><td class='evidence'>{_esc(c.get('evidence', ''))}</td>"
+            f"<td>{'<br>'.join(links)}</td></tr>")
+    return (f"<p>{line} of {len(claims)} claims checked at the scale above.</p>"
+            "<table><tr><th>verdict</th><th>claim</th><th>paper</th><th>this run</th><th>decided by</th></tr>\n"
+            + "\n".join(rows) + "</table>")
+
+
+def _files_line(label: str, links: Sequence[str]) -> str:
+    return f"<div class='files'><b>{label}:</b> {' · '.join(links)}</div>" if links else ""
+
+
+def _is_grid_entry(r: Any) -> bool:
+    """The report's entry for a grid links the grid's index page instead of a rendered notebook."""
+    return bool(r.html) and r.html.endswith("index.html")
+
+
+def _card(out_dir: Path, r: Any) -> str:
+    folder = out_dir / r.name
+    title = f"<a href='{_href(r.html)}'>{_esc(r.name)}</a>" if r.html else _esc(r.name)
+    status = f"<span class='badge s-{_esc(r.status)}'>{_esc(r.status)}</span>"
+    parts = [f"<h3>{title} {status} <span class='note'>{_duration(r.elapsed_s)}</span></h3>"]
+    if r.status == "failed":
+        where = f"stopped at code cell {r.failed_cell}: " if r.failed_cell is not None else ""
+        parts.append(f"<p class='s-failed'>{where}{_esc(r.error or 'unknown error')}</p>")
+    elif r.status == "skipped":
+        parts.append(f"<p class='note'>Not run: {_esc(r.error or 'skipped')}.</p>")
+    figures = figures_of(folder)
+    conclusion = conclusion_of(folder)
+    key = None
+    if conclusion and conclusion.get("figure"):
+        key = next((f for f in figures if f.stem == conclusion["figure"]), None)
+    key = key or (figures[0] if figures else None)
+    if key is not None:
+        rel = f"{r.name}/{key.name}"
+        parts.append(f"<a class='thumb' href='{_href(rel)}'><img src='{_href(rel)}' alt='{_esc(key.stem)}' "
+                     f"loading='lazy'></a>")
+    if conclusion:
+        parts.append(f"<p class='conclusion'>{_esc(conclusion['sentence'])}</p>")
+    elif _is_grid_entry(r):
+        parts.append("<p class='note'>Executed once per configuration by the grid: see Grids below.</p>")
+    elif r.status == "ok":
+        parts.append("<p class='note'>This notebook recorded no conclusion.</p>")
+    fig_links = []
+    for f in figures:
+        svg = f.with_suffix(".svg")
+        link = f"<a href='{_href(f'{r.name}/{f.name}')}'>{_esc(f.stem)}</a>"
+        if svg.is_file():
+            link += f" (<a href='{_href(f'{r.name}/{svg.name}')}'>svg</a>)"
+        fig_links.append(link)
+    parts.append(_files_line("figures", fig_links))
+    parts.append(_files_line("tables", [f"<a href='{_href(f'{r.name}/{t.name}')}'>{_esc(t.name)}</a>"
+                                        for t in tables_of(folder)]))
+    runs = run_folders_of(folder)
+    parts.append(_files_line("run folders", [
+        f"<a href='{_href(os.path.relpath(d / ('results.json' if (d / 'results.json').is_file() else 'config.yaml'), out_dir))}'>"
+        f"{_esc(d.name)}</a>" for d in runs]))
+    if r.parameters:
+        params = "\n".join(f"{k}: {json.dumps(v, default=str)}" for k, v in r.parameters.items())
+        parts.append(f"<details><summary>parameters</summary><pre>{_esc(params)}</pre></details>")
+    return f"<div class='card' id='card-{_esc(r.name)}'>" + "\n".join(p for p in parts if p) + "</div>"
+
+
+def grid_folders(out_dir: Path, results: Sequence[Any], root: Path) -> list[Path]:
+    """Grid folders this report ran or read: a report entry linking a grid's index, and any notebook
+    parameter naming a folder that holds a ``grid.json`` (relative paths are from the repository root)."""
+    found: list[Path] = []
+    for r in results:
+        if _is_grid_entry(r):
+            found.append((out_dir / r.html).parent)
+        for value in (r.parameters or {}).values():
+            if isinstance(value, str) and value:
+                folder = Path(value) if Path(value).is_absolute() else root / value
+                if (folder / "grid.json").is_file():
+                    found.append(folder)
+    unique: list[Path] = []
+    for f in found:
+        f = Path(os.path.normpath(f))
+        if f not in unique:
+            unique.append(f)
+    return unique
+
+
+def _grids_section(out_dir: Path, folders: Sequence[Path]) -> str:
+    if not folders:
+        return "<p class='note'>This report ran no grid and read none (its params file names no grid).</p>"
+    blocks = []
+    for folder in folders:
+        rel = os.path.relpath(folder, out_dir)
+        record = _read_json(folder / "grid.json")
+        if not isinstance(record, Mapping):
+            state = "does not exist" if not folder.is_dir() else "has no grid.json (not written by the grid runner)"
+            blocks.append(f"<p><b>{_esc(folder.name)}</b>: the folder {_esc(rel)} {state}.</p>")
+            continue
+        counts = record.get("counts") or {}
+        configs = record.get("configurations") or []
+        done = counts.get("ok", 0) + counts.get("skipped", 0)
+        state = "finished" if record.get("finished") else "not finished"
+        head = (f"<p><b><a href='{_href(rel + '/index.html')}'>{_esc(record.get('grid', folder.name))}</a></b>: "
+                f"{done} of {len(configs)} configurations finished, {counts.get('failed', 0)} failed "
+                f"({state}; executor {_esc(record.get('executor', '?'))}; grid file {_esc(record.get('source', ''))}).</p>")
+        rows = []
+        for c in configs:
+            name = c.get("name", "")
+            page = c.get("html")
+            link = f"<a href='{_href(rel + '/' + page)}'>{_esc(name)}</a>" if page else _esc(name)
+            status = c.get("status", "?")
+            shown = "finished earlier" if status == "skipped" else status
+            cls = "skipped-done" if status == "skipped" else status
+            detail = ""
+            if status == "failed":
+                detail = (f"code cell {c['failed_cell']}: " if c.get("failed_cell") else "") + str(c.get("error") or "")
+            rows.append(f"<tr><td>{link}</td><td><span class='badge s-{_esc(cls)}'>{_esc(shown)}</span></td>"
+                        f"<td>{_duration(c.get('elapsed_s'))}</td><td class='evidence'>{_esc(detail)}</td></tr>")
+        table = ("<details><summary>run folders</summary><table><tr><th>configuration</th><th>status</th>"
+                 "<th>run time</th><th>detail</th></tr>\n" + "\n".join(rows) + "</table></details>") if rows else ""
+        blocks.append(head + table)
+    return "\n".join(blocks)
+
+
+# --------------------------------------------------------------------------------------------------
+# The page
+# --------------------------------------------------------------------------------------------------
+def render_landing(out_dir: Path, report: str, results: Sequence[Any], params_source: Path | None,
+                   finished: bool, root: Path) -> str:
+    """The landing page's HTML for a report folder (see the module docstring for its sections)."""
+    state, first_line = report_state(results, finished)
+    names = [r.name for r in results]
+    by_name = {r.name: r for r in results}
+    total = sum(r.elapsed_s or 0.0 for r in results)
+    stamp = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    commit = _git_commit(root)
+    meta = [f"params {_esc(params_source or '-')}", f"written {stamp}", f"on {_esc(socket.gethostname())} "
+            f"({os.cpu_count()} cores)", f"notebook run time {_duration(total) or '0 s'}"]
+    if commit:
+        meta.insert(1, f"commit {_esc(commit)}")
+    cards = "\n".join(_card(out_dir, r) for r in results)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>heavytail report {_esc(report)}: {state}</title>
+<style>{_CSS}</style>
+</head><body>
+<p class="status {state}" id="status">{_esc(first_line)}</p>
+<h1>heavytail report: {_esc(report)}</h1>
+<p class="meta">{' · '.join(meta)}</p>
+<h2 id="scale">The scale that ran</h2>
+{_scale_section(out_dir, names)}
+<h2 id="findings">Findings</h2>
+{_findings_section(out_dir, names, by_name)}
+<h2 id="notebooks">Notebooks</h2>
+<div class="cards">
+{cards}
+</div>
+<h2 id="grids">Grids</h2>
+{_grids_section(out_dir, grid_folders(out_dir, results, root))}
+</body></html>
+"""
+
+
+def write_landing(out_dir: Path, report: str, results: Sequence[Any], params_source: Path | None,
+                  finished: bool, root: Path) -> Path:
+    """Write ``<out_dir>/index.html``; rewritten after every notebook, so a killed run says 'partial'."""
+    index = Path(out_dir) / "index.html"
+    atomic_write_text(index, render_landing(Path(out_dir), report, results, params_source, finished, Path(root)))
+    return index
