@@ -246,3 +246,12 @@ display(Markdown(f"""
   {pout['mean_floor']:.3g} (ratio {pout['ratio']:.1f}). Same input law, different outputs: no model can learn this
   operator on Gaussian marginals.
 """))
+
+# %%
+falling = [c for c in cases if rows_at[c, budgets[-1]]["median_rel_error"] < rows_at[c, budgets[0]]["median_rel_error"]]
+art.conclude(
+    f"The median relative error of the mixing matrix recovered from input samples falls from N = {budgets[0]} to "
+    f"N = {budgets[-1]} in {len(falling)} of {len(cases)} cases (log-log slopes {min(slopes.values()):.2f} to "
+    f"{max(slopes.values()):.2f}); Prop. 6's two Gaussian instances are {pin['ratio']:.2f}x the i.i.d. floor apart "
+    f"on their inputs and {pout['ratio']:.1f}x on their outputs.",
+    figure="recovery_vs_N")
