@@ -1,0 +1,110 @@
+"""The package's layers: imports run one way (science <- harness <- pipeline), with no cycle, and what
+notebooks import never pulls in the batch machinery (papermill, submitit, jupyter)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from heavytail.artifacts import repo_root
+
+ROOT = repo_root(Path(__file__).parent)
+PACKAGE = ROOT / "heavytail"
+BATCH = ("papermill", "submitit", "jupyter", "jupyter_client", "jupyter_core", "jupytext", "nbconvert", "nbformat")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every heavytail module ``path`` imports, at module level or inside a function."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "heavytail"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "heavytail":
+                continue
+            found.add(target)
+            # `from heavytail import metrics` / `from . import cli` import submodules
+            found |= {f"{target}.{a.name}" for a in node.names if (PACKAGE.parent / (f"{target}.{a.name}".replace(".", "/") + ".py")).is_file()}
+    return {m for m in found if m != name and m != "heavytail"}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: {m for m in _imports(path) if m in modules} for name, path in modules.items()}
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = _graph()
+    assert len(graph) > 20, "the graph must see the package's modules"
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+
+
+def test_layers_import_downward_only():
+    graph = _graph()
+    pipeline = {m for m in graph if m.startswith("heavytail.pipeline")}
+    for name, deps in graph.items():
+        if name not in pipeline and name != "heavytail.__main__":
+            assert not deps & pipeline, f"{name} imports the pipeline ({sorted(deps & pipeline)}); it must not"
+    # within the pipeline: report -> grid -> notebook execution, never back up
+    assert "heavytail.pipeline.report" not in graph["heavytail.pipeline.grid"]
+    assert not {"heavytail.pipeline.report", "heavytail.pipeline.grid"} & graph["heavytail.pipeline.notebook"]
+    # the names module is the bottom of the package: it reads nothing else
+    assert graph["heavytail.names"] == set()
+
+
+def _notebook_imports() -> list[str]:
+    found = set()
+    for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")):
+        for node in ast.walk(ast.parse(nb.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("heavytail"):
+                found.add(node.module)
+                found |= {f"{node.module}.{a.name}" for a in node.names
+                          if (PACKAGE.parent / (f"{node.module}.{a.name}".replace(".", "/") + ".py")).is_file()}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.startswith("heavytail")}
+    return sorted(found)
+
+
+def test_what_notebooks_import_needs_no_papermill_submitit_or_jupyter():
+    modules = _notebook_imports()
+    assert "heavytail.artifacts" in modules and "heavytail.names" in modules
+    code = ("import importlib, json, sys\n"
+            f"for m in {modules!r}: importlib.import_module(m)\n"
+            f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {BATCH!r})))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [], f"importing {modules} loaded {out.stdout.strip()}"
+    # and the probe can fail: the pipeline does load them
+    code = f"import json, sys, heavytail.pipeline.report\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {BATCH!r})))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "submitit" in json.loads(out.stdout)
