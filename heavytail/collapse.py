@@ -10,6 +10,8 @@ points a healthy heavy-tailed ensemble contains.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -113,3 +115,54 @@ def attention_gradient_error(q, k, v, kernel: str, backend: str, seed: int = 0) 
     with torch.no_grad():
         errors["max_abs_score"] = float(scaled_scores(q.double(), k.double()).abs().max())
     return errors
+
+
+# ------------------------------------------------------------------------ kernel or numerics (Sec. 5)
+# Backends whose softmax backward recomputes the scores and subtracts a stored log-sum-exp (flash-style),
+# against those whose gradients are exact float32 autograd (heavytail.attention).
+FLASH_STYLE_BACKENDS = ("sdpa", "flash")
+EXACT_BACKENDS = ("tiled", "dense")
+
+
+def numerics_pair(runs) -> tuple[Any, Any] | None:
+    """The softmax run trained through a flash-style backward and the one trained with exact float32
+    gradients, among ``runs`` (objects with a ``config`` mapping); None when either is missing.
+    Chosen by configuration, never by a display label."""
+    def pick(backends):
+        found = [r for r in runs if r.config["kernel"] == "softmax" and r.config["attention_backend"] in backends]
+        return found[0] if found else None
+
+    flash, exact = pick(FLASH_STYLE_BACKENDS), pick(EXACT_BACKENDS)
+    return (flash, exact) if flash is not None and exact is not None else None
+
+
+def numerics_verdict(flash_label: str, exact_label: str) -> str:
+    """What two softmax runs' collapse labels ('collapse' / 'ok') say about kernel versus numerics."""
+    flash, exact = flash_label == "collapse", exact_label == "collapse"
+    if flash and not exact:
+        return ("At this scale collapse follows the numerics: softmax collapsed through the flash-style path and "
+                "not with exact gradients.")
+    if flash and exact:
+        return "At this scale softmax collapsed with exact gradients too: the collapse is not only a numerical artefact."
+    if not flash and not exact:
+        return ("At this scale neither softmax run collapsed, so this run cannot separate the kernel from the numerics; "
+                "the paper-scale grid (params/grid_paper.yaml) is where that question is decided.")
+    return "At this scale softmax collapsed with exact gradients but not through the flash-style path."
+
+
+def late_attention(log: list[dict], key: str = "attn_max_weight") -> float:
+    """Mean over the last fifth of the logged steps (those with block statistics) of a per-block
+    attention statistic, averaged over blocks; NaN when the run logged none (track_attention off)."""
+    import math
+
+    rows = [row for row in log if row.get("blocks")]
+    if not rows:
+        return math.nan
+    rows = rows[-max(1, len(rows) // 5):]
+    return sum(sum(b[key] for b in row["blocks"]) / len(row["blocks"]) for row in rows) / len(rows)
+
+
+def concentrates(softmax_late: float, other_late: float, factor: float = 5.0) -> bool:
+    """Whether softmax puts markedly more weight on its top point than a slower kernel (Section 4.2's
+    hypothesis of attention concentrating on few extreme points): ``factor`` times the slower kernel's."""
+    return bool(softmax_late > factor * other_late)

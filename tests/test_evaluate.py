@@ -144,3 +144,25 @@ def test_a_diverged_trial_scores_inf_without_stopping_the_hill_diagnostic(tiny_r
     assert [math.isinf(v) for v in d] == [i % batch == 0 for i in range(len(d))]
     hill = res["hill"]["axes"]["1"]
     assert math.isnan(hill["hill_output"][0]) and math.isfinite(hill["hill_output"][1]) and hill["E"] == math.inf
+
+
+def test_kernel_or_numerics_is_decided_from_configurations_not_labels():
+    from types import SimpleNamespace
+
+    from heavytail.collapse import concentrates, late_attention, numerics_pair, numerics_verdict
+
+    def run(kernel, backend):
+        return SimpleNamespace(config={"kernel": kernel, "attention_backend": backend})
+
+    runs = [run("log_elu", "tiled"), run("softmax", "tiled"), run("softmax", "sdpa")]
+    flash, exact = numerics_pair(runs)
+    assert flash.config["attention_backend"] == "sdpa" and exact.config["attention_backend"] == "tiled"
+    assert numerics_pair(runs[:2]) is None  # no flash-style softmax run: nothing to compare
+    assert "follows the numerics" in numerics_verdict("collapse", "ok")
+    assert "not only a numerical artefact" in numerics_verdict("collapse", "collapse")
+    assert "cannot separate" in numerics_verdict("ok", "ok")
+    assert "but not through the flash-style path" in numerics_verdict("ok", "collapse")
+    log = [{"step": s, "blocks": [{"attn_max_weight": w}, {"attn_max_weight": 3 * w}]} for s, w in enumerate(range(10))]
+    assert late_attention(log) == (2 * 8 + 2 * 9) / 2  # the last fifth: steps 8, 9; block mean 2w
+    assert math.isnan(late_attention([{"step": 1}]))
+    assert concentrates(0.6, 0.1) and not concentrates(0.4, 0.1)
