@@ -78,6 +78,11 @@ class RunConfig:
     seed: int = 0
     device: str = "auto"
     precision: str = "float32"
+    # TensorFloat-32 matmuls and convolutions on CUDA (torch.backends.cuda.matmul.allow_tf32 and
+    # torch.backends.cudnn.allow_tf32), set for training and evaluation. Off: "float32" means IEEE float32
+    # (23 mantissa bits); on: float32 matmuls round their inputs to TF32's 10 and run at the tensor cores'
+    # rate. It changes numbers, so it is part of the configuration. No effect on CPU.
+    tf32: bool = False
     checkpoint_every: int = 500
     log_every: int = 10
     eval_batch_trials: int = 8  # trials per forward pass at evaluation: memory, not results (each trial draws from its own stream)

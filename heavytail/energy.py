@@ -163,6 +163,9 @@ def _get_compiled(kind: str):
 
 
 def _compiled_available(device: torch.device) -> bool:
+    """Whether the fused kernel can be built for ``device``: inductor emits C++/OpenMP on CPU and Triton
+    on CUDA (float64 reductions included), and nothing elsewhere; a device whose compile failed once
+    in this process stays on the eager tiles."""
     if _compile_failed.get(device.type):
         return False
     if device.type == "cuda":
@@ -261,8 +264,10 @@ def _batched(u, v, p, need_grad, backend, block_size):
 
 
 def _is_compile_error(exc: Exception) -> bool:
+    # Dynamo and inductor failures, and Triton's own (a kernel that needs more shared memory or registers
+    # than the GPU has is refused at launch with triton.runtime.errors.OutOfResources).
     mod = type(exc).__module__
-    return mod.startswith("torch._dynamo") or mod.startswith("torch._inductor") or "compile" in str(exc).lower()
+    return mod.startswith(("torch._dynamo", "torch._inductor", "triton")) or "compile" in str(exc).lower()
 
 
 class _EnergyDistance(torch.autograd.Function):

@@ -32,7 +32,7 @@ from . import cli
 from .config import DEVICES, RunConfig
 from .io import load_json, save_json
 from .rundir import RunDir
-from .train import build_benchmark, is_complete, load_model
+from .train import backend_label, build_benchmark, float32_matmuls, is_complete, load_model, precision_record
 
 # Thresholds (tail fractions phi) of the Hill-error curve; the paper's single choice phi = 0.1 is among them.
 HILL_CURVE_PHIS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
@@ -126,6 +126,7 @@ def evaluate(
     device: str | torch.device = "cpu",
 ) -> dict[str, Any]:
     """Evaluate the completed run in ``run_dir``; writes ``results.json`` there and returns it."""
+    from .attention import recording_backends
     from .metrics import energy_distance, ratio_interval
 
     run_dir = Path(run_dir)
@@ -138,29 +139,32 @@ def evaluate(
     trials = bench.sample_trials(cfg.eval_trials, generator=gen)
     seeds = _stream_seeds(cfg.eval_trials, gen, 2)
     d, spread, hill_out, hill_y1, curve_out, curve_y1 = [], [], [], [], [], []
-    for lo in tqdm(range(0, cfg.eval_trials, cfg.eval_batch_trials), disable=quiet, desc="evaluate"):
-        part, hi = trials[lo : lo + cfg.eval_batch_trials], lo + cfg.eval_batch_trials
-        x = _ensembles(bench.sample_inputs, part, seeds[lo:hi, 0], cfg.eval_n_points).to(device)
-        y1 = _ensembles(bench.sample_targets, part, seeds[lo:hi, 1], cfg.eval_n_points).to(device)
-        out = model(x).float()  # float32, no autocast (Table 3: evaluation precision)
-        finite = torch.isfinite(out).all(dim=(-1, -2))
-        # A diverged trial scores +inf (and NaN Hill estimates) rather than stopping the others.
-        dist = torch.full((len(part),), float("inf"), dtype=torch.float64)
-        if finite.any():
-            dist[finite.cpu()] = energy_distance(out[finite], y1[finite], p=cfg.loss_p).double().cpu()
-        d.append(dist)
-        spread.append(spread_ratio(out, y1).cpu())
-        if cfg.marginals == "mirrored_pareto":
-            z_out, z_y1 = _latent(out, part.output_to_latent), _latent(y1, part.output_to_latent)
-            h_out = torch.full((len(part), 2), math.nan, dtype=torch.float64)
-            c_out = torch.full((len(HILL_CURVE_PHIS), len(part), 2), math.nan, dtype=torch.float64)
+    dev = torch.device(device)
+    with float32_matmuls(cfg, dev), recording_backends() as backends:
+        runtime = precision_record(dev, None)  # evaluation runs without autocast (Table 3)
+        for lo in tqdm(range(0, cfg.eval_trials, cfg.eval_batch_trials), disable=quiet, desc="evaluate"):
+            part, hi = trials[lo : lo + cfg.eval_batch_trials], lo + cfg.eval_batch_trials
+            x = _ensembles(bench.sample_inputs, part, seeds[lo:hi, 0], cfg.eval_n_points).to(device)
+            y1 = _ensembles(bench.sample_targets, part, seeds[lo:hi, 1], cfg.eval_n_points).to(device)
+            out = model(x).float()  # float32, no autocast (Table 3: evaluation precision)
+            finite = torch.isfinite(out).all(dim=(-1, -2))
+            # A diverged trial scores +inf (and NaN Hill estimates) rather than stopping the others.
+            dist = torch.full((len(part),), float("inf"), dtype=torch.float64)
             if finite.any():
-                h_out[finite.cpu()] = _hill(z_out[finite], cfg.hill_k).double().cpu()
-                c_out[:, finite.cpu()] = _hill_curve(z_out[finite], cfg.eval_n_points).double().cpu()
-            hill_out.append(h_out)
-            curve_out.append(c_out)
-            hill_y1.append(_hill(z_y1, cfg.hill_k).cpu())
-            curve_y1.append(_hill_curve(z_y1, cfg.eval_n_points).cpu())
+                dist[finite.cpu()] = energy_distance(out[finite], y1[finite], p=cfg.loss_p).double().cpu()
+            d.append(dist)
+            spread.append(spread_ratio(out, y1).cpu())
+            if cfg.marginals == "mirrored_pareto":
+                z_out, z_y1 = _latent(out, part.output_to_latent), _latent(y1, part.output_to_latent)
+                h_out = torch.full((len(part), 2), math.nan, dtype=torch.float64)
+                c_out = torch.full((len(HILL_CURVE_PHIS), len(part), 2), math.nan, dtype=torch.float64)
+                if finite.any():
+                    h_out[finite.cpu()] = _hill(z_out[finite], cfg.hill_k).double().cpu()
+                    c_out[:, finite.cpu()] = _hill_curve(z_out[finite], cfg.eval_n_points).double().cpu()
+                hill_out.append(h_out)
+                curve_out.append(c_out)
+                hill_y1.append(_hill(z_y1, cfg.hill_k).cpu())
+                curve_y1.append(_hill_curve(z_y1, cfg.eval_n_points).cpu())
 
     d_all = torch.cat(d).numpy()
     d_hat = np.asarray(pool["d_hat"], dtype=np.float64)
@@ -177,6 +181,13 @@ def evaluate(
         },
         "energy": {"d": d_all.tolist(), "d_hat": d_hat.tolist()},
     }
+    # What computed these numbers: attention backends and matmul precision, of the evaluation and (when
+    # the training recorded them) of the training.
+    runtime["attention_backend"] = backend_label(backends, "eval")
+    runtime["attention"] = dict(backends)
+    summary_path = RunDir(run_dir).train_summary_path
+    trained = load_json(summary_path).get("runtime") if summary_path.exists() else None
+    results["runtime"] = {"evaluation": runtime, "training": trained}
     for stat in ("median", "mean"):
         interval = ratio_interval(d_all, d_hat, statistic=stat, n_resamples=cfg.bootstrap_resamples, seed=cfg.seed)
         summary = getattr(np, stat)

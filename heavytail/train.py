@@ -78,6 +78,45 @@ def autocast(cfg: RunConfig, device: torch.device):
     return contextlib.nullcontext()
 
 
+@contextlib.contextmanager
+def float32_matmuls(cfg: RunConfig, device: torch.device):
+    """TF32 for CUDA float32 matmuls and cuDNN convolutions as ``cfg.tf32`` says, restored on exit.
+
+    PyTorch's own defaults disagree (matmuls off, cuDNN on), so both are set explicitly. CPU runs are
+    left alone: the flags are CUDA's, and touching them changes ``torch.get_float32_matmul_precision``.
+    """
+    if device.type != "cuda":
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def precision_record(device: torch.device, autocast_dtype: torch.dtype | None) -> dict[str, Any]:
+    """What the matmuls of a run really used, read from torch at the time of the call (inside
+    :func:`float32_matmuls`): the device, the autocast dtype and the TF32 switches."""
+    return {
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "autocast_dtype": None if autocast_dtype is None else str(autocast_dtype).removeprefix("torch."),
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
+def backend_label(record: dict[str, dict[str, str]], phase: str = "train") -> str:
+    """The attention backends a :func:`heavytail.attention.recording_backends` record saw in one phase
+    (``"train"`` or ``"eval"``), ``+``-joined (``"sdpa"``, ``"flex"``, ``"flex+flash"``); ``""`` if none."""
+    labels = [entry["backend"] for key, entry in record.items() if key.endswith(" " + phase)]
+    return "+".join(dict.fromkeys(b for label in labels for b in label.split("+")))
+
+
 # ---------------------------------------------------------------------------------- checkpoints
 def _checkpoints(run_dir: Path) -> list[Path]:
     return RunDir(run_dir).checkpoints()
@@ -204,6 +243,7 @@ def train(
         return run_dir
 
     device = resolve_device(cfg)
+    from .attention import recording_backends  # noqa: PLC0415
     from .metrics import energy_distance  # noqa: PLC0415  (the compiled loss loads only when training)
 
     torch.manual_seed(cfg.seed)
@@ -235,7 +275,8 @@ def train(
     model.train()
     bar = tqdm(total=cfg.steps, initial=start, disable=quiet, desc=cfg.name, unit="step", dynamic_ncols=True)
     t0 = time.perf_counter()
-    with open(log_path, "a") as log:
+    with float32_matmuls(cfg, device), recording_backends() as backends, open(log_path, "a") as log:
+        runtime = precision_record(device, torch.bfloat16 if cfg.precision == "bf16" else None)
         for step in range(start + 1, end + 1):
             x, y = draw_batch(bench, cfg, data_gen, device)
             logged = step % cfg.log_every == 0 or step == end
@@ -262,6 +303,8 @@ def train(
                     "skipped": skipped,
                     "n_skipped": counters["skipped"],
                     "seconds": time.perf_counter() - t0,
+                    # the attention that computed this step ("auto" may fall back, see heavytail.attention)
+                    "attention_backend": backend_label(backends),
                 }
                 if outputs_finite:
                     ratio = spread_ratio(out, y)
@@ -283,7 +326,10 @@ def train(
         return run_dir
     atomic_torch_save(model.state_dict(), RunDir(run_dir).model_path)
     _save_checkpoint(run_dir, end, model, optimizer, scheduler, data_gen, counters)
-    save_json({"steps": cfg.steps, "skipped": counters["skipped"], "name": cfg.name}, RunDir(run_dir).train_summary_path)
+    runtime["attention_backend"] = backend_label(backends)
+    runtime["attention"] = dict(backends)
+    save_json({"steps": cfg.steps, "skipped": counters["skipped"], "name": cfg.name, "runtime": runtime},
+              RunDir(run_dir).train_summary_path)
     # Last, and only now: the marker that says every file above is in place.
     atomic_write_text(RunDir(run_dir).complete_path, f"{cfg.name}\n")
     return run_dir

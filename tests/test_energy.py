@@ -269,3 +269,35 @@ def test_empty_batch_and_compile_failure_fallback(monkeypatch):
     assert energy_distance(u, v).item() == ref.item()  # remembered: no second warning needed
     with pytest.raises(RuntimeError, match="unavailable"):
         energy_distance(u, v, backend="compiled")
+
+
+def test_cuda_selection_and_triton_failure_fallback(monkeypatch):
+    """The device choice for CUDA, checked without a GPU: the fused kernel where Triton exists, the
+    eager tiles where it does not or where a Triton kernel was refused once (shared memory)."""
+    import torch.utils._triton as triton_utils
+
+    import heavytail.energy as energy
+
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(energy, "_compile_failed", {})
+    monkeypatch.setattr(triton_utils, "has_triton", lambda: True)
+    assert energy._resolve_backend("auto", cuda) == "compiled"
+    monkeypatch.setattr(triton_utils, "has_triton", lambda: False)
+    assert energy._resolve_backend("auto", cuda) == "eager"
+    with pytest.raises(RuntimeError, match="unavailable on cuda"):
+        energy._resolve_backend("compiled", cuda)
+
+    # A launch refused by Triton is a compile failure: the call falls back to the eager tiles (same value).
+    out_of_resources = type("OutOfResources", (RuntimeError,), {"__module__": "triton.runtime.errors"})
+    assert energy._is_compile_error(out_of_resources("out of resource: shared memory, Required: 262144"))
+    assert not energy._is_compile_error(ValueError("a bad argument"))
+
+    def refused(kind):
+        raise out_of_resources("out of resource: shared memory, Required: 262144, Hardware limit: 101376")
+
+    u, v = torch.randn(2, 30, 2, generator=gen(21)), torch.randn(2, 20, 2, generator=gen(22))
+    ref = energy_distance(u, v, backend="eager")
+    monkeypatch.setattr(energy, "_get_compiled", refused)
+    with pytest.warns(UserWarning, match="eager tiled backend"):
+        assert torch.equal(energy_distance(u, v), ref)
+    assert energy._compile_failed == {"cpu": True}

@@ -110,3 +110,36 @@ def test_a_killed_run_resumes_to_bitwise_the_same_weights(tmp_path):
     _assert_same_weights(killed, tmp_path / "straight")
     steps = [row["step"] for row in read_jsonl(killed / "metrics.jsonl")]
     assert steps == sorted(set(steps)) and steps[-1] == 40
+
+
+def test_a_run_records_its_attention_backend_and_matmul_precision(tmp_path):
+    from heavytail.evaluate import evaluate
+    from heavytail.io import load_json
+
+    cfg = RunConfig.from_dict(TINY, steps=3, kernel="log_elu", attention_backend="auto", precision="bf16")
+    run = train(cfg, tmp_path / "run", quiet=True)
+    assert {row["attention_backend"] for row in training_log(run)} == {"flash"}  # what "auto" ran on CPU
+    trained = load_json(run / "train_summary.json")["runtime"]
+    assert trained["attention_backend"] == "flash" and trained["autocast_dtype"] == "bfloat16"
+    assert trained["attention"]["log_elu cpu bfloat16 train"]["backend"] == "flash"
+    assert trained["device"] == "cpu" and trained["tf32_matmul"] is False and trained["torch"] == torch.__version__
+    res = evaluate(run, quiet=True)
+    assert res["runtime"]["training"] == trained
+    assert res["runtime"]["evaluation"]["autocast_dtype"] is None  # evaluation is float32 (Table 3)
+    assert res["runtime"]["evaluation"]["attention_backend"] == "flash"
+
+
+def test_tf32_is_set_for_cuda_runs_and_restored():
+    from heavytail.train import float32_matmuls
+
+    flags = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = tuple(f.allow_tf32 for f in flags)
+    for tf32 in (True, False):
+        with float32_matmuls(RunConfig(tf32=tf32), torch.device("cuda")):
+            assert [f.allow_tf32 for f in flags] == [tf32, tf32]  # cuDNN's default (on) is overridden too
+        assert tuple(f.allow_tf32 for f in flags) == before
+    with float32_matmuls(RunConfig(tf32=True), torch.device("cpu")):
+        assert tuple(f.allow_tf32 for f in flags) == before  # CPU runs leave CUDA's switches alone
+    assert RunConfig.from_dict({"tf32": True}).tf32 and not RunConfig().tf32
+    with pytest.raises(ValueError, match="tf32 must be true or false"):
+        RunConfig.from_dict({"tf32": "yes"})
