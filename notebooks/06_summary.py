@@ -30,6 +30,7 @@
 
 # %% tags=["parameters"]
 grid_dir = "outputs/grid-cpu"  # the grid's output folder <output_root>/<grid name>/ (params/grid_cpu.yaml: name grid-cpu)
+gap_grid_dir = None  # the kernel-gap grid's folder (params/grid_gap_cpu.yaml); its claims join the findings
 report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner: where this notebook's figures and tables go
 filters = {}  # optional {RunConfig key: value} to select runs when a grid varies more than the ablation axes
@@ -40,6 +41,7 @@ from pathlib import Path
 
 from IPython.display import HTML, Markdown, display
 
+from heavytail import kernel_gap
 from heavytail import summary as S
 from heavytail import summary_plots as P
 from heavytail.artifacts import artifacts, repo_root
@@ -205,6 +207,10 @@ for benchmark in ("sheared_swap", "matrix_inverse"):
 
 # %%
 found = S.findings(aggs)
+if gap_grid_dir is not None:
+    # The kernel-gap claims (notebook 07) are decided on that grid's runs, seeds paired by data stream.
+    found += kernel_gap.findings(kernel_gap.collect(Path(gap_grid_dir) if Path(gap_grid_dir).is_absolute()
+                                                   else root / gap_grid_dir))
 show(S.findings_table(found), "findings")
 _ = art.save_table("findings.json", found)
 

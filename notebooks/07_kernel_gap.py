@@ -34,13 +34,13 @@
 grid_dir = "outputs/grid-gap-cpu"  # this report's kernel-gap grid folder (params/grid_gap_cpu.yaml)
 reference_map = "outputs/reference/kernel_gap_map.json"  # the shipped full map (params/grid_gap_map.yaml)
 map_dir = "outputs/grid-gap-map"  # a local re-run of the full map, drawn instead of the shipped file when present
+lr_probe_dir = "outputs/grid-gap-lr"  # a local re-run of the learning-rate probe behind the map's recipe
 report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner
 
 # %%
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 from IPython.display import HTML, Markdown, display
 
 from heavytail import kernel_gap as G
@@ -62,23 +62,17 @@ def show(table, name):
     art.save_table(f"{name}.csv", S.records(table))
 
 
-def save(fig, name):
-    art.save_figure(fig, name)
-    plt.show()
-    plt.close(fig)
-
-
 own = G.collect(resolve(grid_dir))
 local_map = G.collect(resolve(map_dir)) if map_dir else []
 shipped = G.load_map(resolve(reference_map))
 if local_map:
-    map_runs, map_label, lr_probe = local_map, f"map re-run here ({map_dir})", []
+    map_runs, map_label, lr_probe = local_map, "full map, re-run here", G.collect(resolve(lr_probe_dir))
 elif shipped:
-    map_runs, map_label, lr_probe = shipped["runs"], "shipped map, not re-run here", shipped["extra"].get("lr_probe", [])
+    map_runs, map_label, lr_probe = shipped["runs"], "full map, shipped (not re-run here)", shipped["extra"].get("lr_probe", [])
 else:
     map_runs, map_label, lr_probe = [], "no map", []
 print(f"this report's kernel-gap runs: {len(own)} from {resolve(grid_dir)}")
-print(f"full map: {len(map_runs)} runs ({map_label})")
+print(f"full map: {len(map_runs)} runs ({map_label}" + (f", {resolve(map_dir)})" if local_map else ")"))
 if shipped and not local_map:
     prov = shipped["provenance"]
     print(f"shipped map provenance: commit {prov['commit'][:12]}, {prov['date']}, {prov['machine']}")
@@ -123,7 +117,7 @@ if lr_probe:
 # training data), through SDPA and through exact float32 attention.
 
 # %%
-save(KP.gap_figure(own, map_runs, map_label), "gap_vs_n")
+art.save_figure(KP.gap_figure(own, map_runs, map_label), "gap_vs_n")
 cs_map = G.cells(map_runs) if map_runs else G.cells(own)
 lines = []
 for n in G.sizes(cs_map):
@@ -149,7 +143,7 @@ if map_runs:
 
 # %%
 runs_for_numerics = map_runs or own
-save(KP.numerics_figure(runs_for_numerics, map_label if map_runs else "this report"), "numerics_vs_n")
+art.save_figure(KP.numerics_figure(runs_for_numerics, map_label if map_runs else "this report"), "numerics_vs_n")
 cs = G.cells(runs_for_numerics)
 skip = {G.variant_name(v): sum(sum(cs[(v, n)].skipped) for n in G.sizes(cs) if (v, n) in cs) for v in G.variants(cs)}
 display(Markdown("**Skipped steps, all runs and seeds:** " + ", ".join(f"{k}: {v}" for k, v in skip.items()) + "."))
@@ -159,14 +153,21 @@ display(Markdown("**Skipped steps, all runs and seeds:** " + ", ".join(f"{k}: {v
 #
 # At the largest N of the map: the loss, block 0's largest |S|, its attention entropy relative to log N
 # (1 = uniform, 0 = one point), its largest weight per query row, the spectral norm of W_Q W_K^T / sqrt(d)
-# and block 0's gradient norm, at every logged step of every seed. Runs that collapsed are aligned to
-# their onset; when none did, the x axis is the training step.
+# and block 0's gradient norm, at every logged step of every seed; a cross marks where a run's training
+# batch collapsed for good (most trials' output spread below the threshold of heavytail.collapse).
 
 # %%
 n_big = max(G.sizes(cs)) if cs else None
 if n_big:
-    save(KP.precursor_figure(runs_for_numerics, n_big), "precursors")
+    art.save_figure(KP.precursor_figure(runs_for_numerics, n_big), "precursors")
     collapsed = [r for r in runs_for_numerics if r["collapse"]["label"] == "collapse"]
+    conc = {}
+    for r in runs_for_numerics:
+        if r["config"]["n_points"] == n_big and r["blocks"]:
+            conc.setdefault(G.variant_name(G.variant(r["config"])), []).append(r["blocks"][0]["final_entropy_ratio"])
+    display(Markdown(f"**Block-0 attention at N = {n_big}, end of training** (entropy / log N per seed; 1 = "
+                     "uniform, 0 = one point): " + "; ".join(f"{k}: " + ", ".join(f"{x:.2f}" for x in v)
+                                                          for k, v in conc.items()) + "."))
     display(Markdown(f"**Collapse:** {len(collapsed)} of {len(runs_for_numerics)} runs collapsed "
                      f"({G.map_extent(runs_for_numerics)})."))
 
@@ -221,3 +222,9 @@ words.append(f"Extent tried: {G.map_extent(map_runs or own)}. The paper's collap
              f"{paper.n_blocks} blocks of width {paper.d_model}, after ~3,500 of {paper.steps} steps (App. I); "
              "params/grid_paper.yaml runs that scale on GPUs.")
 display(Markdown("\n\n".join(words)))
+source = found_map if map_runs else found
+grows = next(f for f in source if f["id"] == "gap-grows-with-n")
+numerical = next(f for f in source if f["id"] == "gap-is-numerical")
+art.conclude(f"On the {map_label if map_runs else 'report runs'}: the kernel gap growing with N is "
+             f"{grows['verdict']} ({grows['evidence']}); softmax's gap being numerical is {numerical['verdict']}.",
+             figure="gap_vs_n")

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import os
 import shutil
 import sys
 import tempfile
 import time
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -127,6 +129,14 @@ def _ipc_kernel_manager():
         @default("transport")
         def _default_transport(self):
             return "ipc"
+
+        @default("ip")
+        def _default_ip(self):
+            # jupyter_client's default IPC path is "kernel-ipc" in the working folder, shared by every
+            # kernel started there: two grid workers then pick the same socket files and read each
+            # other's messages ("Invalid Signature"). A unique prefix per kernel keeps them apart (the
+            # socket files are removed when the kernel shuts down).
+            return os.path.join(tempfile.gettempdir(), f"heavytail-kernel-{uuid.uuid4().hex}")
 
     return IPCKernelManager
 
