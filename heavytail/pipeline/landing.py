@@ -53,6 +53,7 @@ a { color: #0969da; } .meta, .note { color: var(--mute); font-size: .9em; }
 .status.failed { background: #ffebe9; border-color: var(--bad); }
 .status.partial { background: #fff8c5; border-color: var(--warn); }
 table { border-collapse: collapse; width: 100%; font-size: .92em; }
+.side { display: flex; gap: 28px; align-items: flex-start; } .side table { flex: 1; }
 th, td { text-align: left; vertical-align: top; padding: 4px 8px; border-bottom: 1px solid var(--line); }
 th { border-bottom: 2px solid #57606a; }
 .badge { display: inline-block; font-weight: 600; font-size: .85em; padding: 0 .5em; border-radius: 1em;
@@ -223,10 +224,17 @@ def _scale_section(out_dir: Path, names: Sequence[str]) -> str:
             continue
         columns = list(rows[0])
         head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
-        body = "\n".join("<tr>" + "".join(f"<td>{_esc(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in rows)
-        return (f"<p class='note'>From <a href='{_href(name + '.html')}'>{_esc(name)}</a>: the settings of the runs it "
-                f"summarised, next to the paper's (Table 3).</p><table><tr>{head}</tr>\n{body}</table>")
-    return "<p class='note'>No scale table: no notebook of this report wrote one (the summary notebook did not run).</p>"
+        half = (len(rows) + 1) // 2  # two tables side by side keep the findings near the top
+        tables = "".join(
+            f"<table><tr>{head}</tr>\n" + "\n".join(
+                "<tr>" + "".join(f"<td>{_esc(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in part)
+            + "</table>" for part in (rows[:half], rows[half:]) if part)
+        ours = columns[1] if len(columns) > 1 else None
+        empty = ours is not None and all(r.get(ours, "-") in ("-", "", "0 (0)") for r in rows)
+        note = " No runs were found, so only the paper's column is filled." if empty else ""
+        return (f"<p class=\"note\">From <a href=\"{_href(name + '.html')}\">{_esc(name)}</a>: the settings of the runs it "
+                f"summarised, next to the paper's (Table 3).{note}</p><div class=\"side\">{tables}</div>")
+    return "<p class=\"note\">No scale table: no notebook of this report wrote one (the summary notebook did not run).</p>"
 
 
 def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str, Any]) -> str:
@@ -234,26 +242,26 @@ def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str,
     if not claims:
         summary = [n for n in names if n.endswith("summary")]
         why = "; ".join(f"{n}: {results[n].status}" for n in summary if n in results) or "no notebook checked claims"
-        return f"<p class='note'>No findings recorded ({_esc(why)}).</p>"
+        return f"<p class=\"note\">No findings recorded ({_esc(why)}).</p>"
     counts = {v: sum(c["verdict"] == v for _, c in claims) for v in VERDICTS}
-    line = ", ".join(f"<span class='v-{v.replace(' ', '-')}'><b>{counts[v]}</b> {v}</span>" for v in VERDICTS)
+    line = ", ".join(f"<span class=\"v-{v.replace(' ', '-')}\"><b>{counts[v]}</b> {v}</span>" for v in VERDICTS)
     rows = []
     for notebook, c in claims:
         decided = c.get("decided_by") or {}
         page_of = decided.get("notebook", notebook)
-        links = [f"<a href='{_href(_anchor(out_dir, page_of, decided.get('section')))}'>"
+        links = [f"<a href=\"{_href(_anchor(out_dir, page_of, decided.get('section')))}\">"
                  f"{_esc(decided.get('section') or page_of)}</a>"]
         for fig in decided.get("figures", ()):
             png = out_dir / page_of / f"{fig}.png"
             if png.is_file():
-                links.append(f"<a href='{_href(f'{page_of}/{fig}.png')}'>{_esc(fig)}</a>")
+                links.append(f"<a href=\"{_href(f'{page_of}/{fig}.png')}\">{_esc(fig)}</a>")
             else:
-                links.append(f"<span class='note'>{_esc(fig)} (not drawn)</span>")
+                links.append(f"<span class=\"note\">{_esc(fig)} (not drawn)</span>")
         verdict = c["verdict"]
         rows.append(
-            f"<tr><td><span class='badge v-{verdict.replace(' ', '-')}'>{_esc(verdict)}</span></td>"
-            f"<td>{_esc(c.get('claim', ''))}<div class='note'>{_esc(c.get('source', ''))}</div></td>"
-            f"<td>{_esc(c.get('paper', ''))}</td><td class='evidence'>{_esc(c.get('evidence', ''))}</td>"
+            f"<tr><td><span class=\"badge v-{verdict.replace(' ', '-')}\">{_esc(verdict)}</span></td>"
+            f"<td>{_esc(c.get('claim', ''))}<div class=\"note\">{_esc(c.get('source', ''))}</div></td>"
+            f"<td>{_esc(c.get('paper', ''))}</td><td class=\"evidence\">{_esc(c.get('evidence', ''))}</td>"
             f"<td>{'<br>'.join(links)}</td></tr>")
     return (f"<p>{line} of {len(claims)} claims checked at the scale above.</p>"
             "<table><tr><th>verdict</th><th>claim</th><th>paper</th><th>this run</th><th>decided by</th></tr>\n"
@@ -261,7 +269,7 @@ def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str,
 
 
 def _files_line(label: str, links: Sequence[str]) -> str:
-    return f"<div class='files'><b>{label}:</b> {' · '.join(links)}</div>" if links else ""
+    return f"<div class=\"files\"><b>{label}:</b> {' · '.join(links)}</div>" if links else ""
 
 
 def _is_grid_entry(r: Any) -> bool:
@@ -271,14 +279,14 @@ def _is_grid_entry(r: Any) -> bool:
 
 def _card(out_dir: Path, r: Any) -> str:
     folder = out_dir / r.name
-    title = f"<a href='{_href(r.html)}'>{_esc(r.name)}</a>" if r.html else _esc(r.name)
-    status = f"<span class='badge s-{_esc(r.status)}'>{_esc(r.status)}</span>"
-    parts = [f"<h3>{title} {status} <span class='note'>{_duration(r.elapsed_s)}</span></h3>"]
+    title = f"<a href=\"{_href(r.html)}\">{_esc(r.name)}</a>" if r.html else _esc(r.name)
+    status = f"<span class=\"badge s-{_esc(r.status)}\">{_esc(r.status)}</span>"
+    parts = [f"<h3>{title} {status} <span class=\"note\">{_duration(r.elapsed_s)}</span></h3>"]
     if r.status == "failed":
         where = f"stopped at code cell {r.failed_cell}: " if r.failed_cell is not None else ""
-        parts.append(f"<p class='s-failed'>{where}{_esc(r.error or 'unknown error')}</p>")
+        parts.append(f"<p class=\"s-failed\">{where}{_esc(r.error or 'unknown error')}</p>")
     elif r.status == "skipped":
-        parts.append(f"<p class='note'>Not run: {_esc(r.error or 'skipped')}.</p>")
+        parts.append(f"<p class=\"note\">Not run: {_esc(r.error or 'skipped')}.</p>")
     figures = figures_of(folder)
     conclusion = conclusion_of(folder)
     key = None
@@ -287,38 +295,39 @@ def _card(out_dir: Path, r: Any) -> str:
     key = key or (figures[0] if figures else None)
     if key is not None:
         rel = f"{r.name}/{key.name}"
-        parts.append(f"<a class='thumb' href='{_href(rel)}'><img src='{_href(rel)}' alt='{_esc(key.stem)}' "
-                     f"loading='lazy'></a>")
+        parts.append(f"<a class=\"thumb\" href=\"{_href(rel)}\"><img src=\"{_href(rel)}\" alt=\"{_esc(key.stem)}\" "
+                     f"loading=\"lazy\"></a>")
     if conclusion:
-        parts.append(f"<p class='conclusion'>{_esc(conclusion['sentence'])}</p>")
+        parts.append(f"<p class=\"conclusion\">{_esc(conclusion['sentence'])}</p>")
     elif _is_grid_entry(r):
-        parts.append("<p class='note'>Executed once per configuration by the grid: see Grids below.</p>")
+        parts.append("<p class=\"note\">Executed once per configuration by the grid: see Grids below.</p>")
     elif r.status == "ok":
-        parts.append("<p class='note'>This notebook recorded no conclusion.</p>")
+        parts.append("<p class=\"note\">This notebook recorded no conclusion.</p>")
     fig_links = []
     for f in figures:
         svg = f.with_suffix(".svg")
-        link = f"<a href='{_href(f'{r.name}/{f.name}')}'>{_esc(f.stem)}</a>"
+        link = f"<a href=\"{_href(f'{r.name}/{f.name}')}\">{_esc(f.stem)}</a>"
         if svg.is_file():
-            link += f" (<a href='{_href(f'{r.name}/{svg.name}')}'>svg</a>)"
+            link += f" (<a href=\"{_href(f'{r.name}/{svg.name}')}\">svg</a>)"
         fig_links.append(link)
     parts.append(_files_line("figures", fig_links))
-    parts.append(_files_line("tables", [f"<a href='{_href(f'{r.name}/{t.name}')}'>{_esc(t.name)}</a>"
+    parts.append(_files_line("tables", [f"<a href=\"{_href(f'{r.name}/{t.name}')}\">{_esc(t.name)}</a>"
                                         for t in tables_of(folder)]))
     runs = run_folders_of(folder)
     parts.append(_files_line("run folders", [
-        f"<a href='{_href(os.path.relpath(d / ('results.json' if (d / 'results.json').is_file() else 'config.yaml'), out_dir))}'>"
+        f"<a href=\"{_href(os.path.relpath(d / ('results.json' if (d / 'results.json').is_file() else 'config.yaml'), out_dir))}\">"
         f"{_esc(d.name)}</a>" for d in runs]))
     if r.parameters:
         params = "\n".join(f"{k}: {json.dumps(v, default=str)}" for k, v in r.parameters.items())
         parts.append(f"<details><summary>parameters</summary><pre>{_esc(params)}</pre></details>")
-    return f"<div class='card' id='card-{_esc(r.name)}'>" + "\n".join(p for p in parts if p) + "</div>"
+    return f"<div class=\"card\" id=\"card-{_esc(r.name)}\">" + "\n".join(p for p in parts if p) + "</div>"
 
 
-def grid_folders(out_dir: Path, results: Sequence[Any], root: Path) -> list[Path]:
-    """Grid folders this report ran or read: a report entry linking a grid's index, and any notebook
-    parameter naming a folder that holds a ``grid.json`` (relative paths are from the repository root)."""
-    found: list[Path] = []
+def grid_folders(out_dir: Path, results: Sequence[Any], root: Path, known: Sequence[Path] = ()) -> list[Path]:
+    """Grid folders this report runs or read: the params file's grids (``known``), a report entry linking a
+    grid's index, and any notebook parameter naming a folder that holds a ``grid.json`` (relative paths are
+    from the repository root)."""
+    found: list[Path] = list(known)
     for r in results:
         if _is_grid_entry(r):
             found.append((out_dir / r.html).parent)
@@ -337,35 +346,36 @@ def grid_folders(out_dir: Path, results: Sequence[Any], root: Path) -> list[Path
 
 def _grids_section(out_dir: Path, folders: Sequence[Path]) -> str:
     if not folders:
-        return "<p class='note'>This report ran no grid and read none (its params file names no grid).</p>"
+        return "<p class=\"note\">This report ran no grid and read none (its params file names no grid).</p>"
     blocks = []
     for folder in folders:
         rel = os.path.relpath(folder, out_dir)
         record = _read_json(folder / "grid.json")
         if not isinstance(record, Mapping):
-            state = "does not exist" if not folder.is_dir() else "has no grid.json (not written by the grid runner)"
+            state = ("does not exist yet" if not folder.is_dir()
+                     else "has no grid.json (not written by the grid runner)")
             blocks.append(f"<p><b>{_esc(folder.name)}</b>: the folder {_esc(rel)} {state}.</p>")
             continue
         counts = record.get("counts") or {}
         configs = record.get("configurations") or []
         done = counts.get("ok", 0) + counts.get("skipped", 0)
         state = "finished" if record.get("finished") else "not finished"
-        head = (f"<p><b><a href='{_href(rel + '/index.html')}'>{_esc(record.get('grid', folder.name))}</a></b>: "
+        head = (f"<p><b><a href=\"{_href(rel + '/index.html')}\">{_esc(record.get('grid', folder.name))}</a></b>: "
                 f"{done} of {len(configs)} configurations finished, {counts.get('failed', 0)} failed "
                 f"({state}; executor {_esc(record.get('executor', '?'))}; grid file {_esc(record.get('source', ''))}).</p>")
         rows = []
         for c in configs:
             name = c.get("name", "")
             page = c.get("html")
-            link = f"<a href='{_href(rel + '/' + page)}'>{_esc(name)}</a>" if page else _esc(name)
+            link = f"<a href=\"{_href(rel + '/' + page)}\">{_esc(name)}</a>" if page else _esc(name)
             status = c.get("status", "?")
             shown = "finished earlier" if status == "skipped" else status
             cls = "skipped-done" if status == "skipped" else status
             detail = ""
             if status == "failed":
                 detail = (f"code cell {c['failed_cell']}: " if c.get("failed_cell") else "") + str(c.get("error") or "")
-            rows.append(f"<tr><td>{link}</td><td><span class='badge s-{_esc(cls)}'>{_esc(shown)}</span></td>"
-                        f"<td>{_duration(c.get('elapsed_s'))}</td><td class='evidence'>{_esc(detail)}</td></tr>")
+            rows.append(f"<tr><td>{link}</td><td><span class=\"badge s-{_esc(cls)}\">{_esc(shown)}</span></td>"
+                        f"<td>{_duration(c.get('elapsed_s'))}</td><td class=\"evidence\">{_esc(detail)}</td></tr>")
         table = ("<details><summary>run folders</summary><table><tr><th>configuration</th><th>status</th>"
                  "<th>run time</th><th>detail</th></tr>\n" + "\n".join(rows) + "</table></details>") if rows else ""
         blocks.append(head + table)
@@ -376,7 +386,7 @@ def _grids_section(out_dir: Path, folders: Sequence[Path]) -> str:
 # The page
 # --------------------------------------------------------------------------------------------------
 def render_landing(out_dir: Path, report: str, results: Sequence[Any], params_source: Path | None,
-                   finished: bool, root: Path) -> str:
+                   finished: bool, root: Path, grid_dirs: Sequence[Path] = ()) -> str:
     """The landing page's HTML for a report folder (see the module docstring for its sections)."""
     state, first_line = report_state(results, finished)
     names = [r.name for r in results]
@@ -406,14 +416,15 @@ def render_landing(out_dir: Path, report: str, results: Sequence[Any], params_so
 {cards}
 </div>
 <h2 id="grids">Grids</h2>
-{_grids_section(out_dir, grid_folders(out_dir, results, root))}
+{_grids_section(out_dir, grid_folders(out_dir, results, root, grid_dirs))}
 </body></html>
 """
 
 
 def write_landing(out_dir: Path, report: str, results: Sequence[Any], params_source: Path | None,
-                  finished: bool, root: Path) -> Path:
+                  finished: bool, root: Path, grid_dirs: Sequence[Path] = ()) -> Path:
     """Write ``<out_dir>/index.html``; rewritten after every notebook, so a killed run says 'partial'."""
     index = Path(out_dir) / "index.html"
-    atomic_write_text(index, render_landing(Path(out_dir), report, results, params_source, finished, Path(root)))
+    atomic_write_text(index, render_landing(Path(out_dir), report, results, params_source, finished, Path(root),
+                                            grid_dirs))
     return index

@@ -216,7 +216,7 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
         else:
             to_run.append((src, r, []))
         results.append(r)
-    _write_pages(out_dir, params, results, root, finished=False)
+    _write_pages(out_dir, params, results, root, grids, finished=False)
 
     in_folder = {s.resolve() for s in sources}
     ran: set[str] = set()
@@ -232,7 +232,7 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
             print(f"[report] {src.stem}: running" + (f" (grid {', '.join(g.spec.name for g in own)}, {executor})"
                                                      if own else ""), file=sys.stderr, flush=True)
         placeholder.status = "running"
-        _write_pages(out_dir, params, results, root, finished=False)
+        _write_pages(out_dir, params, results, root, grids, finished=False)
         if own:
             done = _run_grid_step(own, src.stem, out_dir, executor)
             ran.update(g.key for g in own)
@@ -246,16 +246,17 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
         if done.status == "failed":
             msg += f" (cell {done.failed_cell}: {done.error})"
         print(msg, file=sys.stderr, flush=True)
-        _write_pages(out_dir, params, results, root, finished=False)
-    _write_pages(out_dir, params, results, root, finished=True)
+        _write_pages(out_dir, params, results, root, grids, finished=False)
+    _write_pages(out_dir, params, results, root, grids, finished=True)
     return results
 
 
 def _write_pages(out_dir: Path, params: ReportParams, results: Sequence[NotebookResult], root: Path,
-                 finished: bool) -> None:
+                 grids: Sequence["_Grid"], finished: bool) -> None:
     """The landing page (index.html, :mod:`heavytail.pipeline.landing`) and index.json, rewritten after
     every notebook so that a killed run reads as partial."""
-    write_landing(out_dir, params.report, results, params.source, finished=finished, root=root)
+    write_landing(out_dir, params.report, results, params.source, finished=finished, root=root,
+                  grid_dirs=[g.directory for g in grids])
     write_index_json(out_dir, params.report, results, params.source, finished)
 
 
