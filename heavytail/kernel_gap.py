@@ -351,7 +351,7 @@ def _cpu() -> str:
 
 
 def ship(grid_dir: str | Path, grid_file: str | Path, out: str | Path, command: str,
-         extra_grids: Mapping[str, str | Path] | None = None) -> Path:
+         extra_grids: Mapping[str, str | Path] | None = None, commit: str | None = None) -> Path:
     """Write the grid's per-run summaries with provenance to ``out`` (no checkpoints, no weights)."""
     runs = collect(grid_dir)
     if not runs:
@@ -360,7 +360,7 @@ def ship(grid_dir: str | Path, grid_file: str | Path, out: str | Path, command: 
 
     payload = {
         "provenance": {
-            "commit": _git("rev-parse", "HEAD"), "dirty": bool(_git("status", "--porcelain", "--", "heavytail")),
+            "commit": commit or _git("rev-parse", "HEAD"),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": f"{socket.gethostname()}: {os.cpu_count()} cores, {_cpu()}, {platform.platform()}",
             "command": command, "grid_file": str(grid_file),
@@ -386,11 +386,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--grid", default=str(MAP_GRID), help="the grid file it ran (default: %(default)s)")
     p.add_argument("--output", default=str(REFERENCE_MAP), help="where to write (default: %(default)s)")
     p.add_argument("--lr-probe", default=None, help="also ship this learning-rate probe grid folder")
+    p.add_argument("--commit", default=None, help="the commit the runs were produced at (default: HEAD)")
     args = parser.parse_args(argv)
     try:
         extra = {"lr_probe": args.lr_probe} if args.lr_probe else None
         path = ship(args.grid_dir, args.grid, args.output, "python -m heavytail.kernel_gap " + " ".join(
-            argv if argv is not None else sys.argv[1:]), extra)
+            argv if argv is not None else sys.argv[1:]), extra, args.commit)
     except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
