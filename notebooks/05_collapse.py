@@ -26,23 +26,13 @@
 # float32 log-space attention with exact autograd gradients, on the same data, and compare.
 #
 # Figures 12 and 13 are drawn from the runs of the ablation grid (notebook 04, `python -m heavytail grid`);
-# the numerics study trains its own runs, resumably, under this notebook's artifact folder.
+# the numerics study reads its own grid of attention-path variants (params/grid_collapse_cpu.yaml), each
+# variant one resumable notebook-04 run like every grid configuration.
 
 # %% tags=["parameters"]
+# Grid folders; the report injects both from its params file (grids: ...).
 grid_dir = "outputs/grid-cpu"  # the ablation grid whose post-norm sheared-swap runs give Figures 12 and 13
-# RunConfig keys shared by every run of the numerics study (the task where the paper saw softmax collapse)
-study = {
-    "benchmark": "sheared_swap", "marginals": "mirrored_pareto", "norm": "post", "symlog": False,
-    "d_model": 32, "n_blocks": 2, "d_ff": 64, "n_points": 256, "trials_per_step": 8, "steps": 400,
-    "warmup_steps": 20, "lr": 0.003, "eval_trials": 32, "eval_n_points": 1024, "bootstrap_resamples": 500,
-    "checkpoint_every": 100, "log_every": 5, "seed": 0,
-}
-# label -> RunConfig overrides; each variant is one training run on the same data stream
-variants = {
-    "softmax, SDPA (flash-style backward)": {"kernel": "softmax", "attention_backend": "sdpa"},
-    "softmax, tiled float32 log-space (exact gradients)": {"kernel": "softmax", "attention_backend": "tiled"},
-    "log-ELU, tiled float32 (reference)": {"kernel": "log_elu", "attention_backend": "tiled"},
-}
+variants_dir = "outputs/grid-collapse-cpu"  # the attention-path variants (params/grid_collapse_cpu.yaml)
 gradient_check_trials = 2  # evaluation trials replayed through each block for the gradient-accuracy check
 report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner
@@ -56,13 +46,12 @@ import numpy as np
 import torch
 from IPython.display import Markdown, display
 
-from heavytail.collapse import attention_gradient_error, attention_inputs, collapse_onset, rolling_median, spread_ratio
-from heavytail.config import RunConfig
-from heavytail.names import KERNEL_COLORS
-from heavytail.evaluate import evaluate, load_results
 from heavytail.artifacts import artifacts, repo_root
+from heavytail.collapse import (attention_gradient_error, attention_inputs, collapse_onset, concentrates, late_attention,
+                                numerics_pair, numerics_verdict, rolling_median, spread_ratio)
+from heavytail.names import KERNEL_COLORS, variant_label
 from heavytail.summary import collect_runs, filter_runs
-from heavytail.train import build_benchmark, load_model, train, training_log
+from heavytail.train import build_benchmark, load_model, training_log
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repo root
 art = artifacts("05_collapse", report=report, output_root=output_root)
@@ -164,24 +153,25 @@ print(fig12_note)
 # %% [markdown]
 # ## Kernel or numerics? Softmax trained through two attention paths
 #
-# Every variant below shares the configuration printed next, the seed and therefore the data stream; only the
+# Every variant of the grid below shares its configuration, the seed and therefore the data stream; only the
 # attention path (and, where stated, the precision) differs. Each run logs, at every logged step, the largest
 # attention weight and the attention entropy (relative to uniform) of a few query rows per block, the
 # residual-stream norm and each block's gradient norm.
 
 # %%
-base = RunConfig.from_dict({**study, "track_attention": True})
-print(base.to_yaml())
-study_dir = art.dir / "runs"
-runs = {}
-for label, overrides in variants.items():
-    cfg = base.replace(**overrides)
-    run_dir = study_dir / f"{cfg.name}-{cfg.attention_backend}-{cfg.precision}"
-    train(cfg, run_dir, quiet=True)
-    results = load_results(run_dir) if (run_dir / "results.json").exists() else evaluate(run_dir, quiet=True, floor_cache=study_dir / "_floors")
-    runs[label] = {"cfg": cfg, "dir": run_dir, "log": training_log(run_dir), "results": results}
-    print(f"{label}: median ratio {results['energy']['median']['ratio']:.3f}, {results['collapse']['label']}, "
-          f"{runs[label]['log'][-1]['n_skipped']} skipped steps")
+found = collect_runs(variants_dir) if Path(variants_dir).exists() else None
+variant_runs = sorted(found.runs if found else [], key=lambda r: (r.config["kernel"] != "softmax", r.name))
+runs = {variant_label(r.config["kernel"], r.config["attention_backend"], r.config["precision"]): r for r in variant_runs}
+pair = numerics_pair(variant_runs)
+if pair is None:
+    raise RuntimeError(f"the variants grid {variants_dir} has no finished softmax run through a flash-style and an exact "
+                       "attention path: run python -m heavytail grid params/grid_collapse_cpu.yaml (or make report)")
+shared = {k: v for k, v in pair[0].config.items() if all(r.config[k] == v for r in variant_runs)}
+print(f"variants grid {variants_dir}: {len(variant_runs)} runs; settings they share:")
+print(", ".join(f"{k}={v}" for k, v in shared.items()))
+for label, run in runs.items():
+    print(f"{label}: median ratio {run.results['energy']['median']['ratio']:.3f}, {run.results['collapse']['label']}, "
+          f"{run.log[-1]['n_skipped']} skipped steps")
 
 # %%
 fig, axes = plt.subplots(2, 3, figsize=(16, 7.5), sharex=True)
@@ -195,7 +185,7 @@ panels = [
 ]
 for ax, (key, title, logy) in zip(axes.flat, panels):
     for label, run in runs.items():
-        log = run["log"]
+        log = run.log
         steps = np.array([row["step"] for row in log])
         if key in ("attn_max_weight", "attn_entropy_ratio"):
             vals = [np.mean([b[key] for b in row["blocks"]]) if row.get("blocks") else np.nan for row in log]
@@ -226,8 +216,7 @@ art.save_figure(fig, "collapse_onset_diagnostics")
 
 # %%
 rows = []
-target_label = next(iter(variants))
-model, cfg = load_model(runs[target_label]["dir"])
+model, cfg = load_model(pair[0].run_dir)  # the softmax model trained through the flash-style path
 bench = build_benchmark(cfg)
 gen = torch.Generator().manual_seed(cfg.seed + 99)
 trials = bench.sample_trials(gradient_check_trials, generator=gen)
@@ -249,12 +238,12 @@ display(Markdown(header + "\n".join(
 # %%
 def _describe(label):
     run = runs[label]
-    res = run["results"]
-    onset = collapse_onset(run["log"])
+    res = run.results
+    onset = collapse_onset(list(run.log))
     med = res["energy"]["median"]
     when = f"collapsed from step {onset}" if onset is not None else "did not collapse in training"
     return (f"{label}: {when}; evaluation label '{res['collapse']['label']}', median ratio {med['ratio']:.2f} "
-            f"[{med['low']:.2f}, {med['high']:.2f}], {run['log'][-1]['n_skipped']} non-finite steps skipped")
+            f"[{med['low']:.2f}, {med['high']:.2f}], {run.log[-1]['n_skipped']} non-finite steps skipped")
 
 
 worst = max(rows, key=lambda r: max(r["q"], r["k"], r["v"]))
@@ -262,39 +251,21 @@ exact = [r for r in rows if r["backend"] == "dense"]
 lines = [f"- {_describe(label)}." for label in runs]
 
 
-def _late_attention(label, key):
-    """Mean over the last fifth of the logged steps of a per-block attention statistic, averaged over blocks."""
-    rows = [row for row in runs[label]["log"] if row.get("blocks")]
-    rows = rows[-max(1, len(rows) // 5):]
-    return float(np.mean([np.mean([b[key] for b in row["blocks"]]) for row in rows]))
-
-
-late = {label: _late_attention(label, "attn_max_weight") for label in runs}
-soft_late = min(v for label, v in late.items() if label.startswith("softmax"))
-other_late = max((v for label, v in late.items() if not label.startswith("softmax")), default=float("nan"))
-concentrates = soft_late > 5 * other_late
+late = {label: late_attention(list(run.log)) for label, run in runs.items()}
+soft_late = min(late[label] for label, run in runs.items() if run.config["kernel"] == "softmax")
+other_late = max((late[label] for label, run in runs.items() if run.config["kernel"] != "softmax"), default=float("nan"))
 lines.append("- Late in training, the largest attention weight of a query row (block mean) was " + "; ".join(
-    f"{v:.3f} for {label.split(',')[0]} ({label.split(',')[1].strip()})" for label, v in late.items()
-) + f", against 1/N = {1 / base.n_points:.4f} for uniform weights: " + (
+    f"{v:.3f} for {label}" for label, v in late.items()
+) + f", against 1/N = {1 / pair[0].config['n_points']:.4f} for uniform weights: " + (
     f"softmax puts at least {soft_late / other_late:.0f}x more weight on its top point, the concentration on few "
-    "(extreme) points that Section 4.2 hypothesises" if concentrates else
+    "(extreme) points that Section 4.2 hypothesises" if concentrates(soft_late, other_late) else
     "softmax does not concentrate its attention markedly more than the slower kernel here") + ".")
 lines.append(
     f"- On the trained softmax model's own scores (|S| up to {max(r['max_abs_score'] for r in rows):.3g}), the largest "
     f"relative gradient error was {max(worst['q'], worst['k'], worst['v']):.2e} ({worst['backend']}, block {worst['block']}); "
     f"the float32 dense path stayed within {max(max(r['q'], r['k'], r['v']) for r in exact):.2e}."
 )
-soft_flash, soft_exact = (runs[label]["results"]["collapse"]["label"] for label in list(variants)[:2])
-if soft_flash == "collapse" and soft_exact != "collapse":
-    verdict = ("At this scale collapse follows the numerics: softmax collapsed through the flash-style path and "
-               "not with exact gradients.")
-elif soft_flash == "collapse" and soft_exact == "collapse":
-    verdict = "At this scale softmax collapsed with exact gradients too: the collapse is not only a numerical artefact."
-elif soft_flash != "collapse" and soft_exact != "collapse":
-    verdict = ("At this scale neither softmax run collapsed, so this run cannot separate the kernel from the numerics; "
-               "the paper-scale grid (params/grid_paper.yaml) is where that question is decided.")
-else:
-    verdict = "At this scale softmax collapsed with exact gradients but not through the flash-style path."
+verdict = numerics_verdict(*(run.results["collapse"]["label"] for run in pair))
 lines.append(f"- {verdict}")
 lines.append(f"- {fig12_note}")
 display(Markdown("\n".join(lines)))
