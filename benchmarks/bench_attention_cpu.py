@@ -16,7 +16,7 @@ Usage:
     python benchmarks/bench_attention_cpu.py --quick          # N=1024, 4096; d=64; ~minutes
     python benchmarks/bench_attention_cpu.py                  # N in {1024, 4096, 16384}, d in {64, 256}
     python benchmarks/bench_attention_cpu.py --n 4096 --d 64 --kernels log_elu --backends flash tiled
-Target (issue 4): every kernel within 3x of SDPA softmax (goal 1.5x), memory linear in N.
+Target: every kernel within 3x of SDPA softmax (goal 1.5x), memory linear in N.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ batch 1 and 8. Every (method, N, batch) point runs in a fresh subprocess, so its
 (``ru_maxrss``) is its own; time is the median over repetitions of forward + backward, after one
 warm-up call (which for ours also compiles or loads the fused kernel). The naive baseline is skipped
 where its N x N matrices (and their gradients) would not fit the memory budget or would run for
-minutes; the table says so. Targets (issue 3): >= 4x faster than naive at N = 16384 (goal 0.5 s per
+minutes; the table says so. Targets: >= 4x faster than naive at N = 16384 (goal 0.5 s per
 set on 2 cores), and N = 65536 with gradient under 1 GiB RSS.
 
 Other engineers share the CPU, so absolute times are noisy: read the ratios, measured in the same run.

@@ -1,4 +1,4 @@
-"""CPU training throughput per kernel at the report's CPU sizes (issue: harness benchmark).
+"""CPU training throughput per kernel at the report's CPU sizes.
 
 Times whole training steps (data draw, forward, energy-distance loss, backward, clip, AdamW) with the
 same functions ``heavytail.train`` uses, for each attention kernel, and prints steps per second with

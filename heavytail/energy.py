@@ -8,10 +8,10 @@ is the training loss (eq. 4, 64 sets x 16384 points per step) and the evaluation
 For N = M it is exactly eq. 10; for N != M it is the V-statistic that ``dcor.energy_distance`` and
 ``scipy.stats.energy_distance(x, y)**2`` compute.
 
-Why this is written by hand (brief: prefer libraries): ``torch.cdist`` autograd materializes the
+Why this is written by hand rather than taken from a library: ``torch.cdist`` autograd materializes the
 N x M matrix and its gradient (3.5 GB and 10 s per set at N = 16384 on the 2-core machine), dcor and
 geomloss are slower still, and KeOps' online reductions lose 16 % to cancellation on heavy tails
-(issue 3). Nothing available computes value and gradient in O(N) memory with float64 accumulation.
+(measured on two mirrored-Pareto samples of index 1.5). Nothing available computes value and gradient in O(N) memory with float64 accumulation.
 
 Formulation. Stack W = [U; V] ((N+M) x d) with weights w = [1/N ... 1/N, -1/M ... -1/M]. Then
 
@@ -26,7 +26,7 @@ block x (N+M) temporary is ever written, memory is O(N + M)) or, as a fallback, 
 pass of the custom autograd function and saved, since it needs the same distances: backward only
 scales it by the incoming gradient. Double backward is not supported.
 
-Numerics (the trap of the brief: on heavy tails E is a small difference of huge means). Pairwise
+Numerics (on heavy tails E is a small difference of huge means). Pairwise
 distances are formed from coordinate differences (never |a|^2 + |b|^2 - 2ab, which cancels
 catastrophically when |a| is large), each row reduction (value and gradient) and the final sum
 accumulate in float64, and the weights 1/N, 1/M enter in float64 (in float32, fl(1/N) and fl(1/M)

@@ -1,5 +1,5 @@
 """Checks of heavytail.energy: eq. 10 against peers (dcor, scipy), a float64 dense reference, gradcheck,
-broadcasting, the heavy-tail cancellation case of issue 3, and eq. 34 by Monte Carlo.
+broadcasting, the heavy-tail cancellation case (a small difference of huge means), and eq. 34 by Monte Carlo.
 
 Samples are drawn here with torch directly (not heavytail.distributions) so the metric is tested on its
 own. Statistical checks use fixed seeds and 4-standard-error tolerances from the number of repetitions.
@@ -70,7 +70,7 @@ def test_one_dimension_matches_scipy_and_pairwise():
 
 
 def test_one_dimension_float32_at_2_pow_20():
-    # Issue 3: the sorted-sum form loses 6-16 % here; the CDF form must stay at float32 rounding of the output.
+    # The sorted-sum form loses 6-16 % here (measured); the CDF form must stay at float32 rounding of the output.
     g = gen(3)
     x = mirrored_pareto((2**20,), 1.5, g, torch.float32)
     y = mirrored_pareto((2**20,), 1.5, g, torch.float32)
@@ -144,7 +144,7 @@ def test_block_size_does_not_change_the_result():
 
 @pytest.mark.parametrize("backend, n", [("compiled", 4096), ("eager", 1024)])  # eager: the slow fallback
 def test_heavy_tail_cancellation_in_float32(backend, n):
-    """Issue 3's trap: two 2D samples of one mirrored-Pareto-like law (index 1.5), N = 4096, float32.
+    """The heavy-tail cancellation trap: two 2D samples of one mirrored-Pareto-like law (index 1.5), N = 4096, float32.
 
     E is ~2e3 (N = 4096) or ~500 (N = 1024) times smaller than the mean distance. The float32 inputs are exact in float64, so the only
     unavoidable error is the rounding of each float32 distance (relative <= ~2 eps, independent across
@@ -163,7 +163,7 @@ def test_heavy_tail_cancellation_in_float32(backend, n):
     assert got.dtype == torch.float32
     bound = 10 * F32_EPS * 2 * rms / n / ref
     assert abs(got.item() - ref) / ref < bound, bound
-    assert bound < 2e-5  # i.e. at least as good as the 0.002 % the issue measured for float64 block sums
+    assert bound < 2e-5  # i.e. at least as good as the 0.002 % measured for float64 block sums
 
     # Gradient: each component is 2|w_a| sum_b w_b unit(W_a - W_b), sum_b |w_b| = 2, with each unit vector
     # rounded to a few eps; 8 eps * 2 * 2/N bounds the absolute error per component with margin.
