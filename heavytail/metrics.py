@@ -4,8 +4,8 @@
 - ``wasserstein2_1d``: the empirical 2-Wasserstein distance of Figure 1 (sorted matching).
 - ``hill_estimate`` (eq. 38), ``hill_k`` (App. J.1), ``hill_k_from_seam`` (App. F.1),
   ``hill_error_discrepancy`` (eq. 41).
-- ``sampling_floor`` / ``SamplingFloor`` (eq. 11), ``ratio_interval`` / ``RatioInterval`` (eqs. 36-37,
-  App. H.2), ``noise_units`` / ``NoiseUnits`` (eq. 32).
+- ``ratio_interval`` / ``RatioInterval`` (eqs. 36-37, App. H.2), ``noise_units`` / ``NoiseUnits`` (eq. 32).
+  The sampling floor of eq. 11 is drawn once per evaluation pool by ``heavytail.evaluate``.
 
 Per-set functions take and return tensors (shapes in the docstrings). Trial-level summaries (pools of
 n = 128 numbers) take array-likes and return Python floats or float64 numpy arrays.
@@ -20,15 +20,16 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .energy import BACKENDS, check_finite, energy_distance, energy_distance_1d
+from .energy import BACKENDS as ENERGY_BACKENDS  # energy-distance kernels, not attention backends
+from .energy import check_finite, energy_distance, energy_distance_1d
+from .names import RATIO_STATISTICS
 
 __all__ = [
-    "BACKENDS",
+    "ENERGY_BACKENDS",
     "HILL_FLOOR",
     "STATISTICS",
     "NoiseUnits",
     "RatioInterval",
-    "SamplingFloor",
     "check_finite",
     "energy_distance",
     "energy_distance_1d",
@@ -38,7 +39,6 @@ __all__ = [
     "hill_k_from_seam",
     "noise_units",
     "ratio_interval",
-    "sampling_floor",
     "summarize",
     "wasserstein2_1d",
 ]
@@ -46,7 +46,7 @@ __all__ = [
 #: Numerical floor on the sample values inside the Hill logarithms (App. J.1).
 HILL_FLOOR = 1e-16
 #: Summary statistics S of eqs. 11 and 36.
-STATISTICS = ("median", "mean")
+STATISTICS = RATIO_STATISTICS
 
 
 # ------------------------------------------------------------------------------ Wasserstein-2
@@ -169,53 +169,6 @@ def summarize(x, statistic: str) -> float:
     if x.size == 0:
         raise ValueError("cannot summarize an empty pool")
     return float(np.median(x) if statistic == "median" else np.mean(x))
-
-
-@dataclass(frozen=True)
-class SamplingFloor:
-    """The i.i.d. sampling reference of eq. 11 for one operator and marginal family.
-
-    ``distances`` (T,) float64 holds E(Y_w, Y'_w) of two independent target ensembles per trial;
-    ``median`` and ``mean`` are floor_N under each summary. Eq. 34: its expectation is 2 delta / N.
-    """
-
-    distances: torch.Tensor
-    median: float
-    mean: float
-
-    @classmethod
-    def from_distances(cls, distances) -> "SamplingFloor":
-        d = torch.as_tensor(distances).detach().to(torch.float64).cpu().reshape(-1)
-        check_finite(d, "floor distances")
-        return cls(d, summarize(d, "median"), summarize(d, "mean"))
-
-    def summary(self, statistic: str) -> float:
-        if statistic not in STATISTICS:
-            raise ValueError(f"statistic={statistic!r} is not one of {STATISTICS}")
-        return self.median if statistic == "median" else self.mean
-
-
-def sampling_floor(y, y_prime, p: float = 1.0, block_size: int | None = None, progress: bool = False) -> SamplingFloor:
-    """Eq. 11: energy distances between two independent target ensembles per trial, summarized.
-
-    Args:
-        y, y_prime: ``(T, N, d)`` independent draws of the target, trial by trial (same omega per row).
-        p, block_size: passed to ``energy_distance``.
-        progress: show a tqdm bar over trials (T x 0.5 s at N = 16384 on 2 cores).
-    """
-    y, y_prime = torch.as_tensor(y), torch.as_tensor(y_prime)
-    if y.dim() != 3 or y.shape[0] != y_prime.shape[0] or y.shape[0] < 1:
-        raise ValueError(
-            f"y and y_prime must be (T, N, d) with the same T >= 1, got {tuple(y.shape)} and {tuple(y_prime.shape)}"
-        )
-    from tqdm.auto import tqdm
-
-    with torch.no_grad():
-        d = [
-            energy_distance(y[t], y_prime[t], p=p, block_size=block_size).to(torch.float64)
-            for t in tqdm(range(y.shape[0]), disable=not progress, desc="sampling floor (eq. 11)")
-        ]
-    return SamplingFloor.from_distances(torch.stack(d))
 
 
 @dataclass(frozen=True)
