@@ -214,3 +214,34 @@ def test_grid_runs_skips_finished_and_isolates_a_failing_cell(tmp_path):
     grid_file.write_text(yaml.safe_dump(grid))
     assert main([str(grid_file), "--output-root", str(tmp_path), "--list"]) == 0
     assert [c["status"] for c in json.loads((grid_dir / "grid.json").read_text())["configurations"]] == ["skipped"] * 2
+
+
+def test_killing_the_grid_stops_its_workers_and_their_kernels(tmp_path):
+    """A killed grid must not leave pool workers that go on training queued configurations."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+    import yaml
+
+    grid = yaml.safe_load((PARAMS / "grid_smoke.yaml").read_text())
+    grid["base"].update(steps=100_000, warmup_steps=1, checkpoint_every=50_000)  # long enough to be killed
+    grid["local"] = {"workers": 1, "threads_per_worker": 1}
+    grid_file = tmp_path / "grid.yaml"
+    grid_file.write_text(yaml.safe_dump(grid))
+    proc = subprocess.Popen([sys.executable, "-m", "heavytail", "grid", str(grid_file), "--output-root",
+                             str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parent = psutil.Process(proc.pid)
+    deadline = time.time() + 300
+    kernels: list[psutil.Process] = []
+    while time.time() < deadline and not kernels:
+        time.sleep(1)
+        kernels = [p for p in parent.children(recursive=True) if "ipykernel" in " ".join(p.cmdline())]
+    assert kernels, "the grid never started a notebook kernel"
+    descendants = parent.children(recursive=True)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    gone, alive = psutil.wait_procs(descendants, timeout=60)
+    assert not alive, f"still running after the grid was killed: {[p.cmdline()[:4] for p in alive]}"

@@ -573,11 +573,29 @@ def _finish(report: GridReport, entry: GridEntry, record: Mapping[str, Any]) -> 
     report.write()
 
 
+def _die_with_parent() -> None:
+    """Pool-worker initializer: on Linux, ask the kernel to send SIGTERM when the grid process dies.
+
+    Without it a killed grid leaves its spawned workers alive, and they go on taking queued
+    configurations from the dead pool's pipe, training runs that nobody records (and that a restarted
+    grid then trains a second time in the same folders)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(1)
+
+
 def _run_local(report: GridReport, todo: list[tuple[GridEntry, ConfigurationJob]], workers: int) -> None:
     # Each configuration runs in its own kernel process; the pool only drives them. 'spawn' keeps the
     # workers free of whatever state (threads, torch) this process holds.
     context = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_die_with_parent) as pool:
         futures = {pool.submit(execute_configuration, job): entry for entry, job in todo}
         try:
             remaining = set(futures)
@@ -706,6 +724,11 @@ def _ended_without_result(handle, state: str, run_dir: Path) -> dict[str, Any]:
     if state == cluster.CANCELLED:
         return {"status": "cancelled", "error": f"SLURM job {handle.job_id} was cancelled (scancel or an "
                 f"administrator); the next run of the grid runs it again"}
+    if state == "UNKNOWN" and not Path(handle.paths.stdout).exists():
+        # A pending array task cancelled before it started may vanish from squeue at once; nothing else
+        # takes a job out of the queue without it ever writing its log.
+        return {"status": "cancelled", "error": f"SLURM job {handle.job_id} left the queue before it started "
+                f"(cancelled); the next run of the grid runs it again"}
     what = "is no longer known to SLURM" if state == "UNKNOWN" else f"ended as {state}"
     tail = _log_tail(Path(handle.paths.stderr))
     return {"status": "failed", "error": f"SLURM job {handle.job_id} {what} without a result"
@@ -722,6 +745,7 @@ def _wait_slurm(report: GridReport, owners: dict[str, tuple[Any, GridEntry, Conf
     """
     waiting = dict(owners)
     unexplained: dict[str, int] = {}
+    last_seen: dict[str, str] = {}  # a finished job may drop out of squeue between two polls
     squeue_failed = False
     while waiting:
         try:
@@ -734,7 +758,9 @@ def _wait_slurm(report: GridReport, owners: dict[str, tuple[Any, GridEntry, Conf
         changed = False
         for job_id, (handle, entry, job) in list(waiting.items()):
             run_dir = Path(job.run_dir)
-            state = states.get(job_id, "UNKNOWN")
+            state = states.get(job_id) or last_seen.get(job_id, "UNKNOWN")
+            if not cluster.is_active(state):
+                last_seen[job_id] = state  # an end state, kept: the job may vanish by the next poll
             if handle.paths.result_pickle.exists():
                 del waiting[job_id]
                 _finish(report, entry, _job_record(handle, run_dir))
