@@ -310,6 +310,13 @@ def map_extent(runs: Sequence[Mapping[str, Any]]) -> str:
             f"precision {span('precision')}, seeds {seeds}")
 
 
+# Where notebook 07 shows what decides each claim: (section heading, figures).
+DECIDED_BY = {
+    "gap-grows-with-n": ("The gap against N", ["gap_vs_n"]),
+    "gap-is-numerical": ("The numerics behind it", ["numerics_vs_n", "gap_vs_n"]),
+    "softmax-collapses-cpu": ("Collapse precursors over training (App. I)", ["precursors"]),
+}
+
 CLAIMS = (
     ("gap-grows-with-n", "The kernel gap grows with N: softmax's ratio over log-ELU's rises with the training N",
      "Sec. 4.2, App. A", "softmax collapses at N = 16384 while log-ELU reaches 1.006 (Table 5)", gap_grows),
@@ -327,8 +334,10 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for cid, claim, source, paper, check in CLAIMS:
         verdict, evidence = check(cs)
+        section, figures = DECIDED_BY[cid]
         out.append({"id": cid, "claim": claim, "source": source, "paper": paper, "verdict": verdict,
-                    "evidence": evidence, "n_needed": 0, "n_missing": 0})
+                    "evidence": evidence, "n_needed": 0, "n_missing": 0,
+                    "decided_by": {"notebook": "07_kernel_gap", "section": section, "figures": figures}})
     return out
 
 
