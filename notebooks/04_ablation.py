@@ -80,9 +80,10 @@ import torch
 
 from heavytail.ablation import figure5_trial, findings, transport_sample
 from heavytail.config import RunConfig
-from heavytail.evaluate import evaluate, load_results
+from heavytail.evaluate import evaluate
 from heavytail.artifacts import artifacts, repo_root
-from heavytail.train import build_benchmark, is_complete, load_model, resolve_device, train, training_log
+from heavytail.rundir import RunDir
+from heavytail.train import build_benchmark, load_model, resolve_device, train
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repository root
 CONFIG_KEYS = [f.name for f in dataclasses.fields(RunConfig)]
@@ -110,12 +111,12 @@ for key, (theirs, ours) in differ.items():
 # and minimizes the energy distance (eq. 4, 10). A run folder that holds a checkpoint resumes from it.
 
 # %%
-checkpoints_before = sorted((run_dir / "checkpoints").glob("step_*.pt")) if run_dir.is_dir() else []
-state_before = ("already complete" if is_complete(run_dir) else
-                f"resuming from {checkpoints_before[-1].stem}" if checkpoints_before else "starting fresh")
+run = RunDir(run_dir)  # the run folder's layout and states (heavytail.rundir)
+state_before = {"complete": "already complete", "new": "starting fresh"}.get(
+    run.state(), run.state().replace("resumable from", "resuming from"))
 print(f"training: {state_before}")
 train(cfg, run_dir, quiet=not progress)
-log = training_log(run_dir)
+log = run.training_log()
 n_skipped = log[-1]["n_skipped"] if log else 0
 print(f"trained {cfg.steps} steps; {n_skipped} skipped as non-finite; {len(log)} logged steps")
 
@@ -158,9 +159,9 @@ art.save_figure(fig, "training_curve")
 # of this run is reused; it is written only after the run is complete.
 
 # %%
-if (run_dir / "results.json").exists():
-    results = load_results(run_dir)
-    print(f"evaluation loaded from {run_dir / 'results.json'}")
+if run.has_results() and run.stale_results() is None:  # an evaluation of this very run
+    results = run.results()
+    print(f"evaluation loaded from {run.results_path}")
 else:
     results = evaluate(run_dir, floor_cache=floor_cache, quiet=not progress, device=device_used)
     print("evaluated now")
