@@ -153,7 +153,7 @@ def test_the_landing_page_shows_the_state_the_findings_and_a_thumbnail_per_noteb
     claims = browser.evaluate("""[...document.querySelectorAll('#findings ~ table tr')]
         .filter(tr => tr.querySelector('.badge')).map(tr => tr.querySelector('.badge').textContent)""")
     assert claims and set(claims) <= {"reproduced", "not reproduced", "not run"}, claims
-    for name, r in results.items():
+    for name in results:
         if figures_of(out / name):
             thumbs = browser.evaluate(f"""[...document.querySelectorAll('#card-{name} .thumb img')]
                 .filter(i => i.complete && i.naturalWidth > 0).length""")
