@@ -175,12 +175,13 @@ def test_grid_runs_skips_finished_and_isolates_a_failing_cell(tmp_path):
 
     first = run_grid(grid, executor="submitit-local", workers=2, output_root=tmp_path)
     assert [e.status for e in first.entries] == ["ok", "failed"]
-    failed = first.entry(bad.name)
+    by_name = {e.name: e for e in first.entries}
+    failed = by_name[bad.name]
     assert "different configuration" in failed.error
     assert failed.failed_cell == _train_cell(grid_dir / failed.ipynb)
     assert (grid_dir / failed.html).is_file()  # the partial notebook is rendered, not lost
 
-    ok = first.entry(good.name)
+    ok = by_name[good.name]
     run_dir = grid_dir / good.name
     for name in ("COMPLETE", "results.json", "04_ablation.ipynb", "04_ablation.html", "execution.json",
                  "04_ablation/fig5_transport.png", "04_ablation/energy_distribution.png",

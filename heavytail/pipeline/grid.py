@@ -512,12 +512,6 @@ class GridReport:
         """Every configuration finished (now or earlier)."""
         return all(e.status in ("ok", "skipped") for e in self.entries)
 
-    def entry(self, name: str) -> GridEntry:
-        for e in self.entries:
-            if e.name == name:
-                return e
-        raise KeyError(f"no configuration {name!r} in grid {self.name!r}; configurations: {[e.name for e in self.entries]}")
-
     @property
     def json_path(self) -> Path:
         return self.directory / "grid.json"
