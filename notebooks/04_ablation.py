@@ -26,40 +26,13 @@
 # `python -m heavytail grid` executes it once per configuration; the summary notebook collects the grid.
 
 # %% tags=["parameters"]
-# The run configuration (heavytail.config.RunConfig). None keeps RunConfig's default, which is the paper's
-# Table 3 recipe; the values set here are a quick CPU run for interactive use. The grid passes every key.
-benchmark = "sheared_swap"
-marginals = "mirrored_pareto"
-kernel = "linear_elu"
-norm = "post"
-symlog = False
-d_model = 32
-n_blocks = 2
-d_ff = 64
-n_heads = None
-alpha_rs = None
-attention_backend = None
-lr = None
-weight_decay = None
-warmup_steps = 20
-grad_clip = None
-skip_nonfinite = None
-loss_p = None
-steps = 200
-n_points = 256
-trials_per_step = 8
-eval_trials = 32
-eval_n_points = 1024
-bootstrap_resamples = 500
-hill_phi = None
-collapse_spread = None
-seed = 0
-device = None
-precision = None
-checkpoint_every = 50
-log_every = 5
-eval_batch_trials = None
-track_attention = None
+# The run configuration: RunConfig keys (heavytail.config); a key left out keeps RunConfig's default, which
+# is the paper's Table 3 recipe. The values here are a quick CPU run for interactive use; the grid passes
+# the whole configuration of one grid cell.
+config = dict(benchmark="sheared_swap", marginals="mirrored_pareto", kernel="linear_elu", norm="post",
+              symlog=False, d_model=32, n_blocks=2, d_ff=64, warmup_steps=20, steps=200, n_points=256,
+              trials_per_step=8, eval_trials=32, eval_n_points=1024, bootstrap_resamples=500, seed=0,
+              checkpoint_every=50, log_every=5)
 # Where this configuration lives. run_dir None: <repo>/outputs/<report>/<configuration name>/.
 run_dir = None
 floor_cache = None  # None: <run_dir>/../_floors, shared by every configuration of a grid
@@ -68,7 +41,6 @@ report = "scratch"  # injected by the runner
 output_root = None  # injected by the runner
 
 # %%
-import dataclasses
 import math
 import os
 from pathlib import Path
@@ -80,16 +52,14 @@ import torch
 
 from heavytail.ablation import figure5_trial, findings, transport_sample
 from heavytail.config import RunConfig
-from heavytail.evaluate import evaluate
 from heavytail.artifacts import artifacts, repo_root
 from heavytail.rundir import RunDir
-from heavytail.train import build_benchmark, load_model, resolve_device, train
+from heavytail.experiment import default_run_dir, run_configuration
+from heavytail.train import build_benchmark, load_model, resolve_device
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repository root
-CONFIG_KEYS = [f.name for f in dataclasses.fields(RunConfig)]
-given = {key: globals().get(key) for key in CONFIG_KEYS}
-cfg = RunConfig.from_dict({key: value for key, value in given.items() if value is not None})
-run_dir = Path(run_dir) if run_dir is not None else repo_root() / "outputs" / report / cfg.name
+cfg = RunConfig.from_dict(config)
+run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg, report)
 art = artifacts("04_ablation", report=report, output_root=output_root if output_root is not None else run_dir)
 device_used = resolve_device(cfg)
 
@@ -105,19 +75,21 @@ for key, (theirs, ours) in differ.items():
     print(f"  {key}: {theirs} -> {ours}")
 
 # %% [markdown]
-# ## Training (Section 3.4, Table 3)
+# ## Training (Section 3.4, Table 3) and evaluation
 #
 # Each step draws a fresh parameter instance per trial, an input ensemble and an independent target ensemble,
-# and minimizes the energy distance (eq. 4, 10). A run folder that holds a checkpoint resumes from it.
+# and minimizes the energy distance (eq. 4, 10). A run folder that holds a checkpoint resumes from it. The
+# configuration's unit of work (`heavytail.experiment.run_configuration`) then evaluates the finished run
+# against the sampling floor, or reuses the evaluation already in the folder when it belongs to this run.
 
 # %%
 run = RunDir(run_dir)  # the run folder's layout and states (heavytail.rundir)
 state_before = {"complete": "already complete", "new": "starting fresh"}.get(
     run.state(), run.state().replace("resumable from", "resuming from"))
 print(f"training: {state_before}")
-train(cfg, run_dir, quiet=not progress)
-log = run.training_log()
-n_skipped = log[-1]["n_skipped"] if log else 0
+outcome = run_configuration(cfg, run_dir, floor_cache=floor_cache, quiet=not progress, device=str(device_used))
+log = list(outcome.log)
+n_skipped = outcome.n_skipped
 print(f"trained {cfg.steps} steps; {n_skipped} skipped as non-finite; {len(log)} logged steps")
 
 # %%
@@ -155,16 +127,11 @@ art.save_figure(fig, "training_curve")
 # ## Evaluation against the sampling floor (App. H.2)
 #
 # Candidate distances d_i = E^2(model(X_i), Y1_i) over independent trials, and the floor d_hat_j = E^2(Y2_j, Y3_j)
-# from two independent target ensembles of another pool of trials. A results.json left by an earlier execution
-# of this run is reused; it is written only after the run is complete.
+# from two independent target ensembles of another pool of trials (computed above by the unit of work).
 
 # %%
-if run.has_results() and run.stale_results() is None:  # an evaluation of this very run
-    results = run.results()
-    print(f"evaluation loaded from {run.results_path}")
-else:
-    results = evaluate(run_dir, floor_cache=floor_cache, quiet=not progress, device=device_used)
-    print("evaluated now")
+results = outcome.results
+print("evaluated now" if outcome.evaluated_now else f"evaluation loaded from {run.results_path}")
 energy, collapse = results["energy"], results["collapse"]
 d = np.asarray(energy["d"], dtype=float)
 d_hat = np.asarray(energy["d_hat"], dtype=float)

@@ -276,7 +276,7 @@ def test_no_wait_submits_returns_and_a_rerun_neither_resubmits_nor_loses_the_job
 def _train_cell(executed: Path) -> int:
     nb = nbformat.read(executed, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    hits = [i + 1 for i, c in enumerate(code) if re.search(r"^train\(cfg", c.source, re.M)]
+    hits = [i + 1 for i, c in enumerate(code) if re.search(r"run_configuration\(cfg", c.source, re.M)]
     assert len(hits) == 1
     return hits[0]
 

@@ -101,7 +101,7 @@ DEFAULT_NOTEBOOK = "notebooks/04_ablation.py"
 EXECUTION_FILE = EXECUTION  # the run folder's names live in heavytail.rundir
 RESULTS_FILE = RESULTS
 # Parameters the notebook takes besides the run configuration (its `parameters` cell).
-NOTEBOOK_EXTRAS = ("run_dir", "floor_cache", "progress")
+NOTEBOOK_EXTRAS = ("config", "run_dir", "floor_cache", "progress")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
@@ -362,7 +362,7 @@ class ConfigurationJob:
 
     def parameters(self) -> dict[str, Any]:
         """The notebook's papermill parameters: the run configuration and where to write."""
-        return {**self.config, "run_dir": self.run_dir, "floor_cache": self.floor_cache, "progress": False}
+        return {"config": self.config, "run_dir": self.run_dir, "floor_cache": self.floor_cache, "progress": False}
 
 
 def _now() -> str:
