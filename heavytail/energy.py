@@ -47,10 +47,10 @@ import warnings
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["BACKENDS", "check_finite", "energy_distance", "energy_distance_1d"]
+__all__ = ["ENERGY_BACKENDS", "check_finite", "energy_distance", "energy_distance_1d"]
 
 #: Pairwise backends: "compiled" (fused inductor kernel), "eager" (tiled torch ops), "auto".
-BACKENDS = ("auto", "compiled", "eager")
+ENERGY_BACKENDS = ("auto", "compiled", "eager")
 
 # Row block of one fused-kernel call, and the tile of the eager fallback. The fused kernel never
 # materializes a block, so its row block only bounds the per-call output; the eager tile
@@ -232,8 +232,8 @@ def _energy_and_grad(u, v, p, need_grad, backend, block_size):
 
 
 def _resolve_backend(backend: str, device: torch.device) -> str:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
+    if backend not in ENERGY_BACKENDS:
+        raise ValueError(f"backend={backend!r} is not one of {ENERGY_BACKENDS}")
     if backend == "eager":
         return "eager"
     if _compiled_available(device):

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .energy import BACKENDS as ENERGY_BACKENDS  # energy-distance kernels, not attention backends
+from .energy import ENERGY_BACKENDS  # energy-distance kernels, not attention backends
 from .energy import check_finite, energy_distance, energy_distance_1d
 from .names import RATIO_STATISTICS
 

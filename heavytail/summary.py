@@ -36,9 +36,7 @@ evidence still lists what the present runs show), otherwise "reproduced" or "not
 
 from __future__ import annotations
 
-import csv
 import html
-import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -707,27 +705,6 @@ def cell_text(value: Any) -> str:
 def records(table: Mapping[str, Any]) -> list[dict[str, str]]:
     """The table as flat rows of text (for CSV, :meth:`heavytail.artifacts.Artifacts.save_table`)."""
     return [{c: cell_text(row.get(c)) for c in table["columns"]} for row in table["rows"]]
-
-
-def to_csv(table: Mapping[str, Any]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(table["columns"]))
-    writer.writeheader()
-    writer.writerows(records(table))
-    return buf.getvalue()
-
-
-def to_markdown(table: Mapping[str, Any]) -> str:
-    def md(value):
-        text = cell_text(value).replace("|", "\\|")
-        return f"**{text}**" if isinstance(value, Mapping) and value.get("bold") else text
-
-    cols = list(table["columns"])
-    lines = [f"**{table['title']}**", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(md(row.get(c)) for c in cols) + " |" for row in table["rows"]]
-    if table.get("notes"):
-        lines += ["", f"_{table['notes']}_"]
-    return "\n".join(lines)
 
 
 def to_html(table: Mapping[str, Any]) -> str:

@@ -36,8 +36,8 @@ import torch
 from heavytail.distributions import SplicedPareto
 from heavytail.io import atomic_write_bytes
 
-STATISTICS = ("energy", "w2", "hill_gap")
-COLUMNS = ("budget", "seam", "a_star", "rep", *STATISTICS)
+SWEEP_STATISTICS = ("energy", "w2", "hill_gap")
+COLUMNS = ("budget", "seam", "a_star", "rep", *SWEEP_STATISTICS)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class SweepConfig:
         if not self.scale > 0:
             raise ValueError(f"scale lambda must be > 0, got {self.scale}")
         for n, q in ((n, q) for n in self.budgets for q in self.seams):
-            hill_k(n, q)  # raises, naming N and q0, when k = max(2, round(N (1 - q0))) leaves no threshold
+            sweep_hill_k(n, q)  # raises, naming N and q0, when k = max(2, round(N (1 - q0))) leaves no threshold
 
     @classmethod
     def from_dict(cls, d: dict) -> "SweepConfig":
@@ -91,7 +91,7 @@ class SweepConfig:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
 
 
-def hill_k(n: int, q0: float) -> int:
+def sweep_hill_k(n: int, q0: float) -> int:
     """k = max(2, round(N (1 - q0))) order statistics above the threshold, from the known seam (App. F.1)."""
     from heavytail.metrics import hill_k_from_seam
 
@@ -127,7 +127,7 @@ def sweep_cell(cfg: SweepConfig, i_budget: int, i_seam: int) -> dict[str, np.nda
     shape = (len(cfg.a_grid), reps, n)
     reference = SplicedPareto(cfg.a_ref, cfg.a_ref, q0, cfg.scale).sample(shape, generator=gen, dtype=torch.float64)
     candidate = SplicedPareto(cfg.a_ref, a_star, q0, cfg.scale).sample(shape, generator=gen, dtype=torch.float64)
-    k = hill_k(n, q0)
+    k = sweep_hill_k(n, q0)
     out = {
         "energy": metrics.energy_distance_1d(reference, candidate),
         "w2": metrics.wasserstein2_1d(reference, candidate),
@@ -163,7 +163,7 @@ def run_sweep(cfg: SweepConfig = SweepConfig(), cache_dir: str | os.PathLike | N
             path = cache / f"cell-N{n}-q{q0}.npz" if cache is not None else None
             if path is not None and path.exists():
                 with np.load(path) as f:
-                    cell = {s: f[s] for s in STATISTICS}
+                    cell = {s: f[s] for s in SWEEP_STATISTICS}
             else:
                 cell = sweep_cell(cfg, i, j)
                 if path is not None:
@@ -174,7 +174,7 @@ def run_sweep(cfg: SweepConfig = SweepConfig(), cache_dir: str | os.PathLike | N
                 rows["seam"] += [q0] * reps
                 rows["a_star"] += [a] * reps
                 rows["rep"] += list(range(reps))
-                for s in STATISTICS:
+                for s in SWEEP_STATISTICS:
                     rows[s] += list(cell[s][a_idx])
             bar.update(w)
     return {c: np.asarray(v) for c, v in rows.items()}
@@ -206,7 +206,7 @@ def noise_unit_curves(table: dict[str, np.ndarray], a_ref: float = 1.5) -> list[
 
     curves = []
     budgets, seams = np.unique(table["budget"]), np.unique(table["seam"])
-    for stat in STATISTICS:
+    for stat in SWEEP_STATISTICS:
         for n in budgets:
             for q in seams:
                 sel = (table["budget"] == n) & (table["seam"] == q)

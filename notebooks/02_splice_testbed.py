@@ -45,7 +45,7 @@ from IPython.display import Markdown, display
 
 from heavytail.distributions import SplicedPareto
 from heavytail.artifacts import artifacts, repo_root
-from heavytail.testbed import STATISTICS, SweepConfig, curves_table, hill_k, noise_unit_curves, run_sweep
+from heavytail.testbed import SWEEP_STATISTICS, SweepConfig, curves_table, sweep_hill_k, noise_unit_curves, run_sweep
 
 os.chdir(repo_root())  # papermill runs in the caller's folder
 art = artifacts("02_splice_testbed", report=report, output_root=output_root)
@@ -89,7 +89,7 @@ display(Markdown(
     f"Budgets N = {list(cfg.budgets)} with {list(cfg.repetitions)} repetitions, seams q0 = {list(cfg.seams)}, "
     f"a* grid {list(cfg.a_grid)}, a_ref = {cfg.a_ref}, seed {cfg.seed}; each repetition draws two independent sets of "
     f"size N (reference and candidate). Hill gap thresholds k = max(2, round(N (1 - q0))): "
-    + ", ".join(f"N={n}, q0={q}: k={hill_k(n, q)}" for n in (cfg.budgets[0], cfg.budgets[-1]) for q in cfg.seams) + "."))
+    + ", ".join(f"N={n}, q0={q}: k={sweep_hill_k(n, q)}" for n in (cfg.budgets[0], cfg.budgets[-1]) for q in cfg.seams) + "."))
 t0 = time.perf_counter()
 table = run_sweep(cfg, cache_dir=cache_dir, progress=True)
 sweep_seconds = time.perf_counter() - t0
@@ -102,7 +102,7 @@ print(f"sweep: {len(table['budget'])} rows in {sweep_seconds:.1f} s")
 titles = {"energy": "energy distance", "w2": "2-Wasserstein", "hill_gap": "Hill gap"}
 seam_colors = {q: c for q, c in zip(cfg.seams, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"))}
 fig, axes = plt.subplots(3, len(cfg.budgets), figsize=(3.2 * len(cfg.budgets), 8.5), sharex=True, squeeze=False)
-for r, stat in enumerate(STATISTICS):
+for r, stat in enumerate(SWEEP_STATISTICS):
     for c, n in enumerate(cfg.budgets):
         ax = axes[r, c]
         for cv in curves:
@@ -137,7 +137,7 @@ argmins = {q: curve("energy", n_large, q).argmin_a for q in cfg.seams}
 hill_argmins = {q: curve("hill_gap", n_large, q).argmin_a for q in cfg.seams}
 all_at_ref = all(abs(a - cfg.a_ref) < 1e-12 for a in argmins.values())
 flat = {(stat, n): max(float(np.max(np.abs(curve(stat, n, q).z[above]))) for q in cfg.seams)
-        for stat in STATISTICS for n in (n_small, n_large)}
+        for stat in SWEEP_STATISTICS for n in (n_small, n_large)}
 min_varsigma = min(c.varsigma for c in curves)
 findings = {"energy_argmin_at_largest_budget": argmins, "energy_minimum_at_a_ref_for_every_seam": all_at_ref,
             "hill_gap_argmin_at_largest_budget": hill_argmins,

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from heavytail.testbed import COLUMNS, SweepConfig, hill_k, noise_unit_curves, run_sweep, sweep_cell
+from heavytail.testbed import COLUMNS, SweepConfig, noise_unit_curves, sweep_hill_k, run_sweep, sweep_cell
 
 TINY = dict(budgets=(64, 128), repetitions=(3, 2), seams=(0.5, 0.9), a_grid=(1.0, 1.5, 2.2))
 
@@ -17,7 +17,7 @@ def test_defaults_are_the_papers_recipe():
     assert cfg.budgets == (256, 1024, 4096, 16384, 65536) and cfg.repetitions == (24, 24, 24, 12, 6)
     assert cfg.seams == (0.5, 0.9, 0.99) and cfg.a_grid == (0.6, 0.8, 1.0, 1.2, 1.5, 1.8, 2.2, 2.8, 3.5)
     assert (cfg.a_ref, cfg.scale, cfg.seed) == (1.5, 1.0, 0)
-    assert hill_k(256, 0.99) == 3 and hill_k(65536, 0.9) == 6554 and hill_k(100, 0.999) == 2  # App. F.1
+    assert sweep_hill_k(256, 0.99) == 3 and sweep_hill_k(65536, 0.9) == 6554 and sweep_hill_k(100, 0.999) == 2  # App. F.1
 
 
 @pytest.mark.parametrize("bad,match", [
