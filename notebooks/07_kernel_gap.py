@@ -180,7 +180,7 @@ if n_big:
 # %%
 found = G.findings(own)
 show(S.findings_table(found) | {"title": "Kernel-gap findings from this report's runs"}, "findings")
-# Saved under its own name: the summary notebook (06) lists these claims with its own in findings.json.
+# Saved under its own name: the summary notebook (06) lists these claims with its own in claims.json.
 art.save_table("kernel_gap_findings.json", found)
 if map_runs:
     found_map = G.findings(map_runs)
