@@ -295,8 +295,8 @@ def _card(out_dir: Path, r: Any) -> str:
     key = key or (figures[0] if figures else None)
     if key is not None:
         rel = f"{r.name}/{key.name}"
-        parts.append(f"<a class=\"thumb\" href=\"{_href(rel)}\"><img src=\"{_href(rel)}\" alt=\"{_esc(key.stem)}\" "
-                     f"loading=\"lazy\"></a>")
+        # Loaded eagerly: a lazy image below the fold never loads in a printout or a headless check.
+        parts.append(f"<a class=\"thumb\" href=\"{_href(rel)}\"><img src=\"{_href(rel)}\" alt=\"{_esc(key.stem)}\"></a>")
     if conclusion:
         parts.append(f"<p class=\"conclusion\">{_esc(conclusion['sentence'])}</p>")
     elif _is_grid_entry(r):
