@@ -157,7 +157,7 @@ def test_a_timed_out_job_is_requeued_and_resumes_to_the_same_weights(slurm_clust
     the test releases it at once (``StartTime=now``)."""
     grid = _grid(slurm_cluster, "grid-slurm-requeue", timeout_min=10, signal_delay_s=90, max_num_timeout=3)
     grid["axes"]["tasks"] = grid["axes"]["tasks"][:1]
-    grid["base"].update(steps=800, checkpoint_every=20, log_every=1)
+    grid["base"].update(steps=2000, checkpoint_every=20, log_every=1)
     spec = GridSpec.from_dict(grid)
     (name,), cfg = spec.names, spec.configs[0]
     grid_file = _write(tmp_path, grid)
