@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .artifacts import repo_root
-from .io import load_json, read_jsonl, save_json
+from .io import load_json, save_json
 from .names import BACKEND_LABELS, KERNEL_COLORS, KERNELS
+from .rundir import RunDir
 
 REFERENCE_MAP = Path("outputs") / "reference" / "kernel_gap_map.json"
 MAP_GRID = Path("params") / "grid_gap_map.yaml"
@@ -84,9 +85,8 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
     label and onset, skipped steps, and the collapse precursors logged per block (App. I)."""
     from .collapse import collapse_onset, rolling_median
 
-    run_dir = Path(run_dir)
-    results = load_json(run_dir / "results.json")
-    log = read_jsonl(run_dir / "metrics.jsonl")
+    run = RunDir(run_dir)
+    results, log = run.results(), run.training_log()
     config = results["config"]
     losses = [row["loss"] for row in log if not row.get("skipped")]
     tail = max(1, len(losses) // 10)
@@ -111,7 +111,7 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
             trace[f"block{b}.{k}"] = [_sig(row["blocks"][b].get(k, math.nan)) for row in rows]
     skipped = log[-1]["n_skipped"] if log else 0
     return {
-        "name": run_dir.name,
+        "name": run.path.name,
         "config": config,
         "final_loss": final_loss,
         "median": {k: energy["median"][k] for k in ("ratio", "low", "high", "bold")},
@@ -135,7 +135,7 @@ def collect(grid_dir: str | Path) -> list[dict[str, Any]]:
     out = []
     for entry in record.get("configurations", []):
         run_dir = grid_dir / entry["run_dir"]
-        if entry.get("status") in ("ok", "skipped") and (run_dir / "results.json").is_file():
+        if entry.get("status") in ("ok", "skipped") and RunDir(run_dir).has_results():
             out.append(run_summary(run_dir))
     return out
 

@@ -5,13 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shutil
 import stat
-from pathlib import Path
 
 import jupytext
-import nbformat
 import pytest
 import yaml
 
@@ -21,6 +18,8 @@ from heavytail.evaluate import load_results
 from heavytail.pipeline.grid import NOTEBOOK_EXTRAS, GridSpec, main, run_grid, slurm_executor
 from heavytail.artifacts import repo_root
 from heavytail.train import train, training_log
+
+from executed import train_cell
 
 PARAMS = repo_root() / "params"
 
@@ -150,13 +149,6 @@ def test_a_rerun_never_resubmits_a_configuration_slurm_still_runs(tmp_path, monk
 
 
 # ------------------------------------------------------------------------------------ end to end
-def _train_cell(executed: Path) -> int:
-    """1-based number, among code cells, of the cell that trains (the configuration's unit of work)."""
-    nb = nbformat.read(executed, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    hits = [i + 1 for i, c in enumerate(code) if re.search(r"run_configuration\(cfg", c.source, re.M)]
-    assert len(hits) == 1
-    return hits[0]
 
 
 @pytest.mark.slow
@@ -178,7 +170,7 @@ def test_grid_runs_skips_finished_and_isolates_a_failing_cell(tmp_path):
     by_name = {e.name: e for e in first.entries}
     failed = by_name[bad.name]
     assert "different configuration" in failed.error
-    assert failed.failed_cell == _train_cell(grid_dir / failed.ipynb)
+    assert failed.failed_cell == train_cell(grid_dir / failed.ipynb)
     assert (grid_dir / failed.html).is_file()  # the partial notebook is rendered, not lost
 
     ok = by_name[good.name]

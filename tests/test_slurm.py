@@ -19,6 +19,8 @@ import yaml
 from heavytail.artifacts import repo_root
 from heavytail.pipeline.grid import GridSpec, main
 
+from executed import train_cell
+
 PARAMS = repo_root() / "params"
 # Long enough for a busy 2-core machine (startup, two jobs sharing it), never reached when all is well.
 DEADLINE_S = 900
@@ -273,12 +275,6 @@ def test_no_wait_submits_returns_and_a_rerun_neither_resubmits_nor_loses_the_job
 
 
 # --------------------------------------------------------------------------------- failure and scancel
-def _train_cell(executed: Path) -> int:
-    nb = nbformat.read(executed, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    hits = [i + 1 for i, c in enumerate(code) if re.search(r"run_configuration\(cfg", c.source, re.M)]
-    assert len(hits) == 1
-    return hits[0]
 
 
 def test_a_failing_notebook_and_a_cancelled_task_are_reported_and_the_others_finish(slurm_cluster, tmp_path):
@@ -306,7 +302,7 @@ def test_a_failing_notebook_and_a_cancelled_task_are_reported_and_the_others_fin
     entries = {c["name"]: c for c in _grid_json(grid_dir)["configurations"]}
     assert entries[good]["status"] == "ok"
     assert entries[bad]["status"] == "failed" and "different configuration" in entries[bad]["error"]
-    assert entries[bad]["failed_cell"] == _train_cell(grid_dir / entries[bad]["ipynb"])
+    assert entries[bad]["failed_cell"] == train_cell(grid_dir / entries[bad]["ipynb"])
     assert (grid_dir / entries[bad]["html"]).is_file()
     assert entries[cancelled]["status"] == "cancelled" and "cancelled" in entries[cancelled]["error"]
     assert re.search(rf"{re.escape(cancelled)}\s+cancelled", out), out
