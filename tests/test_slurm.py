@@ -159,7 +159,10 @@ def test_a_timed_out_job_is_requeued_and_resumes_to_the_same_weights(slurm_clust
     the test releases it at once (``StartTime=now``)."""
     grid = _grid(slurm_cluster, "grid-slurm-requeue", timeout_min=10, signal_delay_s=90, max_num_timeout=3)
     grid["axes"]["tasks"] = grid["axes"]["tasks"][:1]
-    grid["base"].update(steps=2000, checkpoint_every=20, log_every=1)
+    # About 16 ms a step on one quiet core: 6000 steps keep training going for over a minute and a half
+    # after the first checkpoint, three times the longest wait for slurmctld's signal (its time-limit
+    # check runs every 30 s). At 2000 steps a quiet machine finished training before the signal came.
+    grid["base"].update(steps=6000, checkpoint_every=20, log_every=1)
     spec = GridSpec.from_dict(grid)
     (name,), cfg = spec.names, spec.configs[0]
     grid_file = _write(tmp_path, grid)
@@ -221,7 +224,8 @@ def test_a_timed_out_job_is_requeued_and_resumes_to_the_same_weights(slurm_clust
     executed = nbformat.read(run_dir / "04_ablation.ipynb", as_version=4)
     text = "\n".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     resumed = re.search(r"training: resuming from (step_\d+)", text)
-    assert resumed, "the requeued notebook did not resume from a checkpoint"
+    said = re.search(r"training: .*", text)
+    assert resumed, f"the requeued notebook did not resume from a checkpoint; it said {said and said.group(0)!r}"
 
     timeline += [(t, f"submitit: {msg}") for t, msg in log
                  if any(p in msg for p in ("Starting with", "Caught signal", "Requeued job", "completed", "Exiting"))]
