@@ -45,9 +45,9 @@ import torch
 from IPython.display import Markdown, display
 
 from heavytail.distributions import MirroredPareto, Pareto, ShiftedGaussian
-from heavytail.integrability import gaussian_softmax_log_normalizer, running_log_normalizer, symlog_pareto_sf
+from heavytail.integrability import (DRIFT_THRESHOLD_DECADES, drift_findings, drift_rows, gaussian_softmax_log_normalizer,
+                                     running_log_normalizer, symlog_pareto_sf, symlog_tail_rejected)
 from heavytail.kernels import KERNEL_NAMES, get_kernel
-from heavytail.names import GROWTH_ORDER
 from heavytail.artifacts import artifacts, repo_root
 from heavytail.transforms import symlog
 
@@ -141,17 +141,7 @@ display(Markdown("Red (mirrored Pareto keys) against blue (Gaussian keys): a cur
 
 # %%
 a_min = min(pareto_indices)
-window = 2**6
-rows = []
-for kname in KERNEL_NAMES:
-    q = GROWTH_ORDER[get_kernel(kname).growth]
-    for mname in measures:
-        ln = log_norm[mname, kname]
-        drift = (ln[:, -1] - ln[:, n_max // window - 1]) / math.log(10)  # decades gained over the last 6 doublings
-        finite = (q < a_min) if mname == "mirrored Pareto" else True
-        rows.append({"kernel": kname, "measure": mname, "predicted_finite": finite,
-                     "log10_D_at_Nmax_median": float(ln[:, -1].median() / math.log(10)),
-                     "drift_decades_median": float(drift.median()), "drift_decades_max": float(drift.abs().max())})
+rows = drift_rows(log_norm, a_min, heavy_measure="mirrored Pareto")  # kernel by kernel; drift over the last 6 doublings
 art.save_table("normalizer_drift.csv", rows)
 for r in rows:
     print(f"{r['kernel']:>12} | {r['measure']:<16} | finite predicted: {str(r['predicted_finite']):<5} | "
@@ -191,31 +181,26 @@ display(Markdown(
 # ## Findings
 
 # %%
-def _row(k, m):
-    return next(r for r in rows if r["kernel"] == k and r["measure"] == m)
-
-
-sm_p, sm_g = _row("softmax", "mirrored Pareto"), _row("softmax", "shifted Gaussian")
-diverging = [r["kernel"] for r in rows if r["measure"] == "mirrored Pareto" and r["drift_decades_median"] > 0.1]
-settled = [r["kernel"] for r in rows if r["measure"] == "mirrored Pareto" and abs(r["drift_decades_median"]) <= 0.1]
-predicted_div = [r["kernel"] for r in rows if r["measure"] == "mirrored Pareto" and not r["predicted_finite"]]
-gauss_max_drift = max(abs(r["drift_decades_median"]) for r in rows if r["measure"] == "shifted Gaussian")
+found = drift_findings(rows, heavy_measure="mirrored Pareto", light_measure="shifted Gaussian")
+sm_p, sm_g = found.softmax_heavy, found.softmax_light
+diverging, settled, predicted_div = found.diverging, found.settled, found.predicted_divergent
+gauss_max_drift = found.light_max_drift
 display(Markdown(f"""
 - **Softmax on mirrored Pareto keys** (indices {pareto_indices}): the empirical normalizer reaches
   10^{sm_p['log10_D_at_Nmax_median']:.1f} at N = {n_max:,} and still gained {sm_p['drift_decades_median']:.1f} decades over the
   last six doublings of N — it does not settle, as Proposition 1 predicts (the population integral is infinite).
 - **Softmax on Gaussian keys**: it settles at 10^{sm_g['log10_D_at_Nmax_median']:.3f} against the population value
   10^{gauss_exact / math.log(10):.3f} (drift {sm_g['drift_decades_median']:+.3f} decades).
-- On the mirrored Pareto keys the kernels whose normalizer kept growing by more than 0.1 decade are
+- On the mirrored Pareto keys the kernels whose normalizer kept growing by more than {DRIFT_THRESHOLD_DECADES:g} decade are
   {', '.join(diverging) or 'none'}; those that settled are {', '.join(settled) or 'none'}. App. A's moment condition
   (growth order q below the smallest index {a_min:g}) predicts divergence for {', '.join(predicted_div) or 'none'}
-  — {'in agreement' if sorted(diverging) == sorted(predicted_div) else 'NOT in agreement'} with what the run shows.
+  — {'in agreement' if found.agrees else 'NOT in agreement'} with what the run shows.
   (Squared-ELU needs a finite second moment, which indices at or below 2 lack; its divergence is polynomial, far
   slower than softmax's.)
 - On the Gaussian keys every kernel settled: the largest drift is {gauss_max_drift:.3f} decades.
 - The symlog transform turns the Pareto({symlog_index:g}) tail into an exponential tail with fitted rate {rate:.3f}
   (eq. 22 says {symlog_index:g}); the KS test against eq. (22) gives p = {ks.pvalue:.3f}
-  ({'no evidence against eq. 22' if ks.pvalue > 0.01 else 'evidence against eq. 22 at the 1% level'}).
+  ({'evidence against eq. 22 at the 1% level' if symlog_tail_rejected(ks.pvalue) else 'no evidence against eq. 22'}).
 """))
 
 # %%
@@ -223,7 +208,6 @@ art.conclude(
     f"Up to N = {n_max:,} mirrored Pareto keys the empirical normalizer kept growing for "
     f"{', '.join(diverging) or 'no kernel'} (softmax: +{sm_p['drift_decades_median']:.1f} decades over the last six "
     f"doublings) and settled for {', '.join(settled) or 'no kernel'}, "
-    + ("as App. A's moment condition predicts" if sorted(diverging) == sorted(predicted_div)
-       else "NOT as App. A's moment condition predicts")
+    + ("as App. A's moment condition predicts" if found.agrees else "NOT as App. A's moment condition predicts")
     + f"; on Gaussian keys the largest drift was {gauss_max_drift:.3f} decades.",
     figure="normalizers_vs_N")

@@ -1,4 +1,4 @@
-"""Running normalizers (App. A) and the symlog tail (eq. 22)."""
+"""Running normalizers (App. A), the drift verdict of notebook 01 and the symlog tail (eq. 22)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from heavytail.distributions import Pareto
-from heavytail.integrability import gaussian_softmax_log_normalizer, running_log_normalizer, symlog_pareto_sf
+from heavytail.integrability import (DRIFT_THRESHOLD_DECADES, SYMLOG_KS_LEVEL, drift_findings, drift_rows,
+                                     gaussian_softmax_log_normalizer, running_log_normalizer, symlog_pareto_sf,
+                                     symlog_tail_rejected)
 from heavytail.kernels import KERNEL_NAMES, get_kernel
 
 
@@ -49,3 +51,103 @@ def test_symlog_tail_is_the_pareto_survival_at_symexp_t():
     assert float(symlog_pareto_sf(torch.tensor(0.1), 1.0, 1.5)) == 1.0
     with pytest.raises(ValueError, match="tail_index"):
         symlog_pareto_sf(torch.tensor(1.0), 1.0, -1.0)
+
+
+# ------------------------------------------------------------------- notebook 01's drift verdict
+HEAVY, LIGHT = "mirrored Pareto", "shifted Gaussian"
+
+
+def _paths(drift_decades, n_max=256, n_paths=3, start=0.0):
+    """(P, N_max) log-normalizer paths equal to ``start`` (log10 units) up to N_max / 2^6 and rising linearly
+    to start + drift at N_max: drift_rows must read exactly ``drift_decades`` off them."""
+    base = torch.full((n_paths, n_max), start * math.log(10), dtype=torch.float64)
+    lo = n_max // 64 - 1
+    base[:, lo:] += torch.linspace(0, drift_decades * math.log(10), n_max - lo, dtype=torch.float64)
+    return base
+
+
+def _log_norm(heavy, light=None):
+    light = light or {k: 0.0 for k in heavy}
+    out = {(HEAVY, k): _paths(d, start=1.0) for k, d in heavy.items()}
+    out.update({(LIGHT, k): _paths(d) for k, d in light.items()})
+    return out
+
+
+def test_drift_rows_read_the_last_six_doublings_and_the_moment_condition():
+    rows = drift_rows(_log_norm({"softmax": 40.0, "squared_elu": 0.5, "linear_elu": 0.02, "log_elu": -0.01}), a_min=1.5)
+    assert [(r["kernel"], r["measure"]) for r in rows] == [(k, m) for k in KERNEL_NAMES for m in (HEAVY, LIGHT)]
+    by = {(r["kernel"], r["measure"]): r for r in rows}
+    assert math.isclose(by["softmax", HEAVY]["drift_decades_median"], 40.0, rel_tol=1e-12)
+    assert math.isclose(by["softmax", HEAVY]["log10_D_at_Nmax_median"], 41.0, rel_tol=1e-12)
+    assert math.isclose(by["log_elu", HEAVY]["drift_decades_max"], 0.01, rel_tol=1e-9)
+    # App. A: finite iff q < a_min on the heavy measure, q = inf, 2, 1, 0; always finite on the light one.
+    assert [by[k, HEAVY]["predicted_finite"] for k in KERNEL_NAMES] == [False, False, True, True]
+    assert all(by[k, LIGHT]["predicted_finite"] for k in KERNEL_NAMES)
+    # a_min = 2.5: the quadratic kernel's second moment now exists.
+    rows = drift_rows(_log_norm({k: 0.0 for k in KERNEL_NAMES}), a_min=2.5)
+    assert [r["predicted_finite"] for r in rows if r["measure"] == HEAVY] == [False, True, True, True]
+
+
+def test_drift_rows_take_the_median_over_paths_and_reject_short_paths():
+    ln = torch.cat([_paths(5.0, n_paths=1), _paths(0.0, n_paths=2)])  # one jumping path out of three
+    row = drift_rows({(HEAVY, "softmax"): ln, (LIGHT, "softmax"): _paths(0.0)}, a_min=1.5)[0]
+    assert row["drift_decades_median"] == 0.0 and math.isclose(row["drift_decades_max"], 5.0, rel_tol=1e-12)
+    with pytest.raises(ValueError, match="N_max >= 64"):
+        drift_rows({(HEAVY, "softmax"): torch.zeros(2, 32)}, a_min=1.5)
+    with pytest.raises(ValueError, match="no paths"):
+        drift_rows({(HEAVY, "softmax"): _paths(0.0), (LIGHT, "log_elu"): _paths(0.0)}, a_min=1.5)
+
+
+def test_softmax_and_squared_elu_diverging_as_predicted_agrees():
+    f = drift_findings(drift_rows(_log_norm({"softmax": 40.0, "squared_elu": 0.5, "linear_elu": 0.02,
+                                             "log_elu": -0.01}, {k: 0.003 for k in KERNEL_NAMES}), a_min=1.5))
+    assert f.diverging == ("softmax", "squared_elu") and f.settled == ("linear_elu", "log_elu")
+    assert f.predicted_divergent == ("softmax", "squared_elu") and f.agrees
+    assert math.isclose(f.light_max_drift, 0.003, rel_tol=1e-9)
+    assert f.softmax_heavy["measure"] == HEAVY and f.softmax_light["measure"] == LIGHT
+
+
+def test_a_predicted_finite_kernel_that_diverges_disagrees():
+    f = drift_findings(drift_rows(_log_norm({"softmax": 40.0, "squared_elu": 0.5, "linear_elu": 0.3,
+                                             "log_elu": 0.0}), a_min=1.5))
+    assert f.diverging == ("softmax", "squared_elu", "linear_elu") and not f.agrees
+    # ... and so does a predicted-divergent kernel that settles (softmax flat on the heavy measure).
+    f = drift_findings(drift_rows(_log_norm({"softmax": 0.05, "squared_elu": 0.5, "linear_elu": 0.0,
+                                             "log_elu": 0.0}), a_min=1.5))
+    assert f.diverging == ("squared_elu",) and "softmax" in f.settled and not f.agrees
+
+
+def test_the_threshold_is_inclusive_for_settled_and_a_falling_kernel_is_neither():
+    d = DRIFT_THRESHOLD_DECADES
+    rows = [{"kernel": k, "measure": HEAVY, "predicted_finite": k != "softmax", "log10_D_at_Nmax_median": 0.0,
+             "drift_decades_median": v, "drift_decades_max": abs(v)}
+            for k, v in (("softmax", 2 * d), ("squared_elu", d), ("linear_elu", -d), ("log_elu", -2 * d))]
+    rows += [{**r, "measure": LIGHT, "predicted_finite": True, "drift_decades_median": -0.2} for r in rows]
+    f = drift_findings(rows)
+    assert f.diverging == ("softmax",) and f.settled == ("squared_elu", "linear_elu") and f.agrees
+    assert f.light_max_drift == 0.2  # the largest |drift|, a falling one included
+    with pytest.raises(ValueError, match="must cover both"):
+        drift_findings([r for r in rows if r["measure"] == HEAVY])
+    with pytest.raises(ValueError, match="no softmax row"):
+        drift_findings([r for r in rows if r["kernel"] != "softmax"])
+
+
+def test_real_running_normalizers_separate_softmax_from_log_elu():
+    # 2^14 mirrored Pareto keys at indices (2.5, 1.5): softmax's running normalizer gains many decades over the
+    # last six doublings (App. A); log-ELU's (q = 0) moves by less than the threshold. Fixed seed, deterministic.
+    from heavytail.distributions import MirroredPareto
+
+    y = MirroredPareto(1.0, torch.tensor([2.5, 1.5], dtype=torch.float64)).sample(
+        (3, 2**14, 2), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    s = y @ torch.tensor([0.5, 0.5], dtype=torch.float64)
+    log_norm = {(HEAVY, k): running_log_normalizer(s, k) for k in ("softmax", "log_elu")}
+    log_norm.update({(LIGHT, k): running_log_normalizer(torch.randn(3, 2**14, dtype=torch.float64), k)
+                     for k in ("softmax", "log_elu")})
+    f = drift_findings(drift_rows(log_norm, a_min=1.5))
+    assert f.diverging == ("softmax",) and f.settled == ("log_elu",) and f.agrees
+    assert f.softmax_heavy["drift_decades_median"] > 10 * DRIFT_THRESHOLD_DECADES
+
+
+def test_symlog_ks_verdict_rejects_at_the_level():
+    assert symlog_tail_rejected(0.001) and symlog_tail_rejected(SYMLOG_KS_LEVEL)
+    assert not symlog_tail_rejected(0.5)
