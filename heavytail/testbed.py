@@ -8,7 +8,8 @@ Pareto(lambda, a_ref)) and one from the candidate SplicedPareto(a_ref, a*, q0) (
 - the empirical 2-Wasserstein distance ``metrics.wasserstein2_1d``,
 - the Hill gap |hill(x) - hill(y)| with the estimator of eq. 38 and k = max(2, round(N (1 - q0))) (App. F.1).
 
-:func:`noise_unit_curves` then shifts and scales the per-point means as in eq. 32.
+:func:`noise_unit_curves` then shifts and scales the per-point means as in eq. 32, and :func:`sweep_findings`
+reads notebook 02's findings off those curves (where each statistic is smallest, how far it moves above a_ref).
 
 Defaults are the paper's recipe (App. F.1): N in {256, ..., 65536} with 24/24/24/12/6 repetitions,
 q0 in {0.5, 0.9, 0.99}, the nine-point a* grid, lambda = 1, a_ref = 1.5, seed 0. Samples are drawn and
@@ -227,3 +228,65 @@ def curves_table(curves: list[NoiseUnitCurve]) -> dict[str, np.ndarray]:
                               ("mean", c.mean[i]), ("std", c.std[i]), ("varsigma", c.varsigma), ("z", c.z[i])):
                 cols[name].append(val)
     return {k: np.asarray(v) for k, v in cols.items()}
+
+
+# Two a* grid values closer than this are the same index (the grid is typed in by hand, a_ref too).
+_A_TOL = 1e-12
+
+
+@dataclass(frozen=True)
+class SweepFindings:
+    """What notebook 02 reports from the Figure 1 curves (Section 4.1): the a* minimising each statistic
+    at the largest budget, and how far each statistic moves above a_ref, in the noise units of eq. 32."""
+
+    n_small: int  # the smallest budget N
+    n_large: int  # the largest budget N
+    a_ref: float
+    argmins: dict  # {q0: a*} where the mean energy distance is smallest at N = n_large, seams in cfg order
+    hill_argmins: dict  # {q0: a*} the same for the Hill gap
+    all_at_ref: bool  # the energy argmin is a_ref for every seam (the paper's finding)
+    flat: dict  # {(statistic, N): max over seams and a* > a_ref of |z|}, N in (n_small, n_large)
+    min_varsigma: float  # smallest noise unit varsigma over every curve
+
+    @property
+    def w2_flatter(self) -> bool:
+        """The 2-Wasserstein curves move less than the energy distance above a_ref at the largest budget."""
+        return self.flat["w2", self.n_large] < self.flat["energy", self.n_large]
+
+    def to_json(self, sweep_seconds: float) -> dict:
+        """The findings.json of notebook 02 (keys read by the report tests; seams become string keys)."""
+        return {"energy_argmin_at_largest_budget": self.argmins, "energy_minimum_at_a_ref_for_every_seam": self.all_at_ref,
+                "hill_gap_argmin_at_largest_budget": self.hill_argmins,
+                "max_abs_noise_units_above_a_ref": {f"{s}@N={n}": v for (s, n), v in self.flat.items()},
+                "smallest_varsigma": self.min_varsigma, "sweep_seconds": sweep_seconds}
+
+
+def sweep_findings(curves: list[NoiseUnitCurve], cfg: SweepConfig) -> SweepFindings:
+    """Summarise :func:`noise_unit_curves` output for the budgets, seams and a_ref of ``cfg``.
+
+    ``flat`` is the largest |z| (eq. 32) over seams and over the a* of each curve above a_ref, for every
+    statistic at the smallest and the largest budget. Raises when a (statistic, N, q0) curve is missing
+    or no candidate index lies above a_ref.
+    """
+    index = {(c.statistic, c.budget, c.seam): c for c in curves}
+
+    def curve(stat, n, q):
+        try:
+            return index[stat, n, q]
+        except KeyError:
+            raise ValueError(f"no {stat} curve at N = {n}, q0 = {q}; curves cover "
+                             f"{sorted({(c.budget, c.seam) for c in curves})}") from None
+
+    n_small, n_large = cfg.budgets[0], cfg.budgets[-1]
+    if not any(a > cfg.a_ref for a in cfg.a_grid):
+        raise ValueError(f"a_grid {cfg.a_grid} has no candidate index above a_ref = {cfg.a_ref}")
+    argmins = {q: curve("energy", n_large, q).argmin_a for q in cfg.seams}
+    hill_argmins = {q: curve("hill_gap", n_large, q).argmin_a for q in cfg.seams}
+    flat = {}
+    for stat in SWEEP_STATISTICS:
+        for n in (n_small, n_large):
+            flat[stat, n] = max(float(np.max(np.abs(cv.z[np.asarray(cv.a_star) > cfg.a_ref])))
+                                for cv in (curve(stat, n, q) for q in cfg.seams))
+    return SweepFindings(n_small=n_small, n_large=n_large, a_ref=cfg.a_ref, argmins=argmins, hill_argmins=hill_argmins,
+                         all_at_ref=all(abs(a - cfg.a_ref) < _A_TOL for a in argmins.values()), flat=flat,
+                         min_varsigma=min(c.varsigma for c in curves))

@@ -39,13 +39,13 @@ import os
 import time
 
 import matplotlib.pyplot as plt
-import numpy as np
 import torch
 from IPython.display import Markdown, display
 
 from heavytail.distributions import SplicedPareto
 from heavytail.artifacts import artifacts, repo_root
-from heavytail.testbed import SWEEP_STATISTICS, SweepConfig, curves_table, sweep_hill_k, noise_unit_curves, run_sweep
+from heavytail.testbed import (SWEEP_STATISTICS, SweepConfig, curves_table, sweep_findings, sweep_hill_k, noise_unit_curves,
+                               run_sweep)
 
 os.chdir(repo_root())  # papermill runs in the caller's folder
 art = artifacts("02_splice_testbed", report=report, output_root=output_root)
@@ -127,22 +127,11 @@ display(Markdown("Each point is the mean over repetitions, shifted so that a* = 
 # ## Findings
 
 # %%
-def curve(stat, n, q):
-    return next(c for c in curves if c.statistic == stat and c.budget == n and c.seam == q)
-
-
-n_small, n_large = cfg.budgets[0], cfg.budgets[-1]
-above = np.asarray(cfg.a_grid) > cfg.a_ref
-argmins = {q: curve("energy", n_large, q).argmin_a for q in cfg.seams}
-hill_argmins = {q: curve("hill_gap", n_large, q).argmin_a for q in cfg.seams}
-all_at_ref = all(abs(a - cfg.a_ref) < 1e-12 for a in argmins.values())
-flat = {(stat, n): max(float(np.max(np.abs(curve(stat, n, q).z[above]))) for q in cfg.seams)
-        for stat in SWEEP_STATISTICS for n in (n_small, n_large)}
-min_varsigma = min(c.varsigma for c in curves)
-findings = {"energy_argmin_at_largest_budget": argmins, "energy_minimum_at_a_ref_for_every_seam": all_at_ref,
-            "hill_gap_argmin_at_largest_budget": hill_argmins,
-            "max_abs_noise_units_above_a_ref": {f"{s}@N={n}": v for (s, n), v in flat.items()},
-            "smallest_varsigma": min_varsigma, "sweep_seconds": sweep_seconds}
+found = sweep_findings(curves, cfg)
+n_small, n_large = found.n_small, found.n_large
+argmins, hill_argmins, all_at_ref, flat = found.argmins, found.hill_argmins, found.all_at_ref, found.flat
+min_varsigma = found.min_varsigma
+findings = found.to_json(sweep_seconds)
 art.save_table("findings.json", findings)
 display(Markdown(f"""
 - At the largest budget N = {n_large}, the energy distance is smallest at a* = """
@@ -153,7 +142,7 @@ display(Markdown(f"""
 - The Hill gap at N = {n_large} is smallest at a* = """ + ", ".join(f"{a:g} (q0 = {q:g})" for q, a in hill_argmins.items()) + f"""; for
   a* > {cfg.a_ref:g} it moves up to {flat['hill_gap', n_large]:.2f} noise units.
 - The empirical 2-Wasserstein distance for a* > {cfg.a_ref:g} moves at most {flat['w2', n_large]:.2f} noise units at N = {n_large}
-  ({'comparatively flat, as in the paper' if flat['w2', n_large] < flat['energy', n_large] else 'not flatter than the energy distance here, unlike the paper'}).
+  ({'comparatively flat, as in the paper' if found.w2_flatter else 'not flatter than the energy distance here, unlike the paper'}).
 - The smallest noise unit varsigma over all panels is {min_varsigma:.2e} (the paper: about 1e-5), so no floor was needed in eq. 32.
 """))
 
