@@ -18,6 +18,9 @@ sample estimators that follow the same arguments, so their error can be watched 
   (:func:`latent_columns`) together with the center m = c / lambda = b_l + b_h, the column order fixed by
   det B > 0 exactly as in the proof.
 - Prop. 6: :func:`prop6_instances` builds H of eq. (29) and the second admissible instance (B H^-1, H D H^T).
+- Notebook 03's findings: :func:`recovery_findings` (error quantiles, log-log slopes, the cases whose error
+  falls with N) and :func:`conditioning_split` / :func:`edge_dominates` (is the error concentrated near the
+  shear edge, where eq. (27) divides by a small c_y?).
 
 :func:`latent_columns` is written by hand because no library estimates the directions of a product of
 independent heavy-tailed coordinates; how it works is in its docstring.
@@ -28,6 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -237,6 +241,93 @@ def relative_error(est: Tensor, true: Tensor) -> Tensor:
     return torch.linalg.matrix_norm(est - true) / torch.linalg.matrix_norm(true)
 
 
+# ------------------------------------------------------------------ notebook 03's findings
+# Eq. (27) divides by c_y = lambda (1 + k), so the estimate of j degrades as c_y nears the shear edge 0 (Prop. 4).
+# Instances with |c_y| below this fraction of lambda count as near the edge; estimate_shear switches to the edge
+# estimators only within edge_tol = 0.05 lambda, so between the two eq. (27) is used on a small divisor.
+NEAR_EDGE = 0.25
+# The near-edge instances "carry most of the error" when their median error exceeds the other instances' by more
+# than this factor in every family. The paper gives no number; 2 asks for a clear separation, not a shift of the
+# median that one or two instances of a dozen could make.
+EDGE_ERROR_RATIO = 2.0
+
+
+@dataclass(frozen=True)
+class RecoveryFindings:
+    """Recovery of the mixing matrix as N grows (Props. 4, 5): per case and budget, the error quantiles."""
+
+    budgets: tuple[int, ...]  # ensemble sizes N, increasing as given
+    cases: tuple[str, ...]
+    rows: list  # one dict per (case, N): case, N, median_rel_error, q25, q75, max_rel_error
+    slopes: dict  # {case: least-squares slope of log median error against log N}
+    falling: tuple[str, ...]  # cases whose median error at the last budget is below that at the first
+
+    def median(self, case: str, n: int) -> float:
+        """The median relative error of ``case`` at budget ``n``."""
+        return next(r["median_rel_error"] for r in self.rows if r["case"] == case and r["N"] == n)
+
+
+def recovery_findings(errors) -> RecoveryFindings:
+    """Summarise relative errors ``{N: {case: (instances,)}}`` (every N the same cases, budgets in order).
+
+    Medians are quantile(0.5), not torch.median, which returns the lower middle value for an even count;
+    the slope is a least-squares fit of log median error on log N (the N^-1/2 rate gives -0.5).
+    """
+    budgets = tuple(errors)
+    if len(budgets) < 2:
+        raise ValueError(f"recovery slopes need at least two budgets N, got {list(budgets)}")
+    cases = tuple(errors[budgets[0]])
+    for n in budgets:
+        if tuple(errors[n]) != cases:
+            raise ValueError(f"every budget must hold the same cases {list(cases)}; N = {n} has {list(errors[n])}")
+
+    def q(n, c, p):
+        return float(torch.as_tensor(errors[n][c]).quantile(p))
+
+    rows = [{"case": c, "N": n, "median_rel_error": q(n, c, 0.5), "q25": q(n, c, 0.25), "q75": q(n, c, 0.75),
+             "max_rel_error": float(torch.as_tensor(errors[n][c]).max())} for c in cases for n in budgets]
+    med = {(r["case"], r["N"]): r["median_rel_error"] for r in rows}
+    slopes = {c: float(np.polyfit(np.log(budgets), np.log([med[c, n] for n in budgets]), 1)[0]) for c in cases}
+    falling = tuple(c for c in cases if med[c, budgets[-1]] < med[c, budgets[0]])
+    return RecoveryFindings(budgets, cases, rows, slopes, falling)
+
+
+@dataclass(frozen=True)
+class ConditioningSplit:
+    """Sheared-swap instances split by the divisor c_y of eq. (27): near the shear edge against the rest."""
+
+    n_near: int
+    n_far: int
+    median_near: float  # median relative error of the instances with |c_y| < NEAR_EDGE lambda
+    median_far: float  # ... and of the others
+
+    @property
+    def ratio(self) -> float:
+        return self.median_near / self.median_far
+
+
+def conditioning_split(errors: Tensor, c_y: Tensor, lam: float = LOCATION,
+                       near: float = NEAR_EDGE) -> ConditioningSplit | None:
+    """Split per-instance errors (n,) by |c_y| (n,) < near * lambda; None when either side is empty."""
+    errors, c_y = torch.as_tensor(errors), torch.as_tensor(c_y)
+    if errors.shape != c_y.shape or errors.ndim != 1:
+        raise ValueError(f"errors and c_y must be matching (n,) vectors, got {tuple(errors.shape)} and {tuple(c_y.shape)}")
+    close = c_y.abs() < near * lam
+    if not close.any() or close.all():
+        return None
+    return ConditioningSplit(int(close.sum()), int((~close).sum()), float(errors[close].quantile(0.5)),
+                             float(errors[~close].quantile(0.5)))
+
+
+def edge_dominates(splits, factor: float = EDGE_ERROR_RATIO) -> bool:
+    """Whether the near-edge instances carry most of the error in every split: min ratio > ``factor``."""
+    ratios = [s.ratio for s in splits]
+    if not ratios:
+        raise ValueError("edge_dominates needs at least one conditioning split")
+    return min(ratios) > factor
+
+
 __all__ = ["center", "shear_from_center", "latent_columns", "shear_edge_j", "estimate_shear",
            "estimate_inverse_matrix", "decompose_qud", "prop6_instances", "Prop6Instances", "relative_error",
-           "qud_matrix"]
+           "qud_matrix", "recovery_findings", "RecoveryFindings", "conditioning_split", "ConditioningSplit",
+           "edge_dominates", "NEAR_EDGE", "EDGE_ERROR_RATIO"]

@@ -139,12 +139,9 @@ def recovery_errors(n):
 c_y = {}
 errors = {n: recovery_errors(n) for n in budgets}
 cases = list(errors[budgets[0]])
-# quantile(0.5), not median(): torch.median returns the lower middle value for an even count, below q25.
-rec_rows = [{"case": c, "N": n, "median_rel_error": float(errors[n][c].quantile(0.5)),
-             "q25": float(errors[n][c].quantile(0.25)), "q75": float(errors[n][c].quantile(0.75)),
-             "max_rel_error": float(errors[n][c].max())} for c in cases for n in budgets]
+recovery = idf.recovery_findings(errors)  # quantile(0.5) medians per (case, N), log-log slopes, falling cases
+rec_rows, slopes = recovery.rows, recovery.slopes
 art.save_table("recovery_errors.csv", rec_rows)
-slopes = {c: float(np.polyfit(np.log(budgets), np.log([float(errors[n][c].quantile(0.5)) for n in budgets]), 1)[0]) for c in cases}
 
 fig, ax = plt.subplots(figsize=(7, 4.5))
 for c in cases:
@@ -213,20 +210,17 @@ display(Markdown(f"Each dot is one energy distance at N = {prop6_n}: the two ins
 # %%
 rows_at = {(r["case"], r["N"]): r for r in rec_rows}
 # Where eq. (27) is ill-conditioned: split the sheared-swap instances at the largest N by c_y.
-cond_lines, ratios = [], []
-for fam in ("mirrored_pareto", "gaussian"):
-    e, cy = errors[budgets[-1]][f"sheared_swap / {fam}"], c_y[budgets[-1], fam].abs()
-    near = cy < 0.25 * LAMBDA
-    if near.any() and (~near).any():
-        ratios.append(float(e[near].quantile(0.5) / e[~near].quantile(0.5)))
-        cond_lines.append(f"{fam}: median error {float(e[near].quantile(0.5)):.3g} for the {int(near.sum())} instances with "
-                          f"|c_y| < 0.25 vs {float(e[~near].quantile(0.5)):.3g} for the other {int((~near).sum())}")
+splits = {fam: idf.conditioning_split(errors[budgets[-1]][f"sheared_swap / {fam}"], c_y[budgets[-1], fam], LAMBDA)
+          for fam in ("mirrored_pareto", "gaussian")}
+splits = {fam: s for fam, s in splits.items() if s is not None}
+cond_lines = [f"{fam}: median error {s.median_near:.3g} for the {s.n_near} instances with "
+              f"|c_y| < {idf.NEAR_EDGE:g} vs {s.median_far:.3g} for the other {s.n_far}" for fam, s in splits.items()]
 if not cond_lines:
-    cond_text = "no instance fell within 0.25 of the shear edge in this run."
+    cond_text = f"no instance fell within {idf.NEAR_EDGE:g} of the shear edge in this run."
 else:
     verdict = ("instances near the shear edge carry most of the error, as eq. (27)'s division by c_y predicts"
-               if min(ratios) > 2 else "eq. (27)'s division by c_y explains only part of the error: the center itself is "
-               "noisier for the wider laws (the Gaussian's std reaches 3)")
+               if idf.edge_dominates(splits.values()) else "eq. (27)'s division by c_y explains only part of the error: "
+               "the center itself is noisier for the wider laws (the Gaussian's std reaches 3)")
     cond_text = "; ".join(cond_lines) + f" — {verdict}."
 lines = [f"  - {c}: median relative error {rows_at[c, budgets[0]]['median_rel_error']:.3g} at N = {budgets[0]} → "
          f"{rows_at[c, budgets[-1]]['median_rel_error']:.3g} at N = {budgets[-1]} (log-log slope {slopes[c]:.2f})" for c in cases]
@@ -248,7 +242,7 @@ display(Markdown(f"""
 """))
 
 # %%
-falling = [c for c in cases if rows_at[c, budgets[-1]]["median_rel_error"] < rows_at[c, budgets[0]]["median_rel_error"]]
+falling = recovery.falling
 art.conclude(
     f"The median relative error of the mixing matrix recovered from input samples falls from N = {budgets[0]} to "
     f"N = {budgets[-1]} in {len(falling)} of {len(cases)} cases (log-log slopes {min(slopes.values()):.2f} to "

@@ -1,4 +1,4 @@
-"""Estimators of App. D.3 (Props. 4-6) on samples with known parameters.
+"""Estimators of App. D.3 (Props. 4-6) on samples with known parameters, and notebook 03's findings.
 
 Tolerances: every estimator is built on the coordinate-wise median, whose standard error is
 1 / (2 f(c) sqrt(N)) per coordinate, with the marginal density at the center f(c) >= ~0.1 over Pi; the
@@ -125,3 +125,57 @@ def test_bad_inputs_are_rejected_with_reasons():
         idf.prop6_instances((1.0, 1.0))
     with pytest.raises(ValueError, match="marginals"):
         idf.shear_edge_j(torch.randn(100, 2), "cauchy")
+
+
+# ------------------------------------------------------------------- notebook 03's findings
+def _t(*v):
+    return torch.tensor(v, dtype=torch.float64)
+
+
+def test_recovery_findings_quantiles_slopes_and_falling_cases():
+    # "halving" falls like N^-1/2 exactly; "flat" does not move; "rising" grows. Four instances each, so the
+    # median is the midpoint of the middle two (torch.median would give the lower one).
+    errors = {n: {"halving": _t(1, 3, 5, 100) / math.sqrt(n), "flat": _t(0.1, 0.2, 0.3, 0.4),
+                  "rising": _t(1, 1, 1, 1) * n} for n in (1024, 4096, 16384)}
+    rec = idf.recovery_findings(errors)
+    assert rec.budgets == (1024, 4096, 16384) and rec.cases == ("halving", "flat", "rising")
+    assert rec.median("halving", 1024) == pytest.approx(4 / 32)
+    row = next(r for r in rec.rows if r["case"] == "halving" and r["N"] == 4096)
+    assert row["q25"] == pytest.approx(2.5 / 64) and row["q75"] == pytest.approx(28.75 / 64)
+    assert row["max_rel_error"] == pytest.approx(100 / 64)
+    assert [(r["case"], r["N"]) for r in rec.rows][:3] == [("halving", 1024), ("halving", 4096), ("halving", 16384)]
+    assert rec.slopes["halving"] == pytest.approx(-0.5) and rec.slopes["flat"] == pytest.approx(0.0, abs=1e-12)
+    assert rec.slopes["rising"] == pytest.approx(1.0)
+    assert rec.falling == ("halving",)  # equal is not falling
+
+
+def test_recovery_findings_need_two_budgets_and_the_same_cases():
+    with pytest.raises(ValueError, match="at least two budgets"):
+        idf.recovery_findings({1024: {"a": _t(1.0)}})
+    with pytest.raises(ValueError, match="same cases"):
+        idf.recovery_findings({1024: {"a": _t(1.0)}, 4096: {"b": _t(1.0)}})
+
+
+def test_conditioning_split_by_c_y_and_the_edge_verdict():
+    # Three instances near the edge (|c_y| < 0.25 lambda, sign ignored) with large errors, three far with small.
+    c_y = _t(0.1, -0.2, 0.05, 1.0, -1.5, 0.25)  # 0.25 itself is not near: the bound is strict
+    err = _t(0.3, 0.5, 0.4, 0.01, 0.03, 0.02)
+    s = idf.conditioning_split(err, c_y)
+    assert (s.n_near, s.n_far) == (3, 3)
+    assert s.median_near == pytest.approx(0.4) and s.median_far == pytest.approx(0.02) and s.ratio == pytest.approx(20)
+    # lambda scales the bound: with lambda = 2 the edge reaches |c_y| < 0.5, so 0.25 joins the near side.
+    assert idf.conditioning_split(err, c_y, lam=2.0).n_near == 4
+    # Every split must exceed the factor for the edge to carry most of the error.
+    even = idf.conditioning_split(_t(0.1, 0.1, 0.15, 0.1), _t(0.0, 0.1, 1.0, 1.2))  # ratio 1 / 1.25 = 0.8
+    assert idf.edge_dominates([s]) and not idf.edge_dominates([s, even])
+    borderline = idf.conditioning_split(_t(0.2, 0.1), _t(0.0, 1.0))  # ratio exactly 2: not more than 2
+    assert borderline.ratio == pytest.approx(idf.EDGE_ERROR_RATIO) and not idf.edge_dominates([borderline])
+    with pytest.raises(ValueError, match="at least one"):
+        idf.edge_dominates([])
+
+
+def test_conditioning_split_is_none_without_two_sides():
+    assert idf.conditioning_split(_t(0.1, 0.2), _t(1.0, 2.0)) is None  # nothing near the edge
+    assert idf.conditioning_split(_t(0.1, 0.2), _t(0.0, 0.1)) is None  # nothing away from it
+    with pytest.raises(ValueError, match="matching"):
+        idf.conditioning_split(_t(0.1, 0.2), _t(0.0))
