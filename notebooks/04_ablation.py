@@ -47,7 +47,6 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-import scipy.ndimage
 import torch
 
 from heavytail.ablation import figure5_trial, findings, transport_sample
@@ -55,6 +54,8 @@ from heavytail.config import RunConfig
 from heavytail.artifacts import artifacts, repo_root
 from heavytail.rundir import RunDir
 from heavytail.experiment import default_run_dir, run_configuration
+from heavytail.names import KERNEL_COLORS
+from heavytail.summary_plots import training_curve
 from heavytail.train import build_benchmark, load_model, resolve_device
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repository root
@@ -98,16 +99,13 @@ loss = np.array([row["loss"] for row in log], dtype=float)
 spread = np.array([row.get("spread_median", math.nan) for row in log], dtype=float)
 fig, (ax_loss, ax_spread) = plt.subplots(1, 2, figsize=(12, 3.8))
 ok = np.isfinite(loss) & (loss > 0)
-ax_loss.plot(steps_logged[ok], loss[ok], color="0.7", lw=0.8, label="loss on the step's batch")
-if ok.sum() >= 5:
-    window = max(5, ok.sum() // 20)
-    ax_loss.plot(steps_logged[ok], scipy.ndimage.median_filter(loss[ok], size=window, mode="nearest"),
-                 color="C0", lw=2, label=f"rolling median ({window} logged steps)")
+window = max(5, int(ok.sum()) // 20)
+training_curve(ax_loss, steps_logged, loss, color=KERNEL_COLORS[cfg.kernel], window=window,
+               raw_label="loss on the step's batch", label=f"rolling median ({window} logged steps)")
 bad = steps_logged[~np.isfinite(loss)]
 if bad.size:
     ax_loss.plot(bad, np.full(bad.size, np.nanmin(loss[ok]) if ok.any() else 1.0), "r|", ms=12,
                  label="skipped (non-finite)")
-ax_loss.set_yscale("log")
 ax_loss.set_xlabel("step")
 ax_loss.set_ylabel("energy distance (eq. 10)")
 ax_loss.set_title("training loss")

@@ -51,6 +51,7 @@ from heavytail.collapse import (attention_gradient_error, attention_inputs, coll
                                 numerics_pair, numerics_verdict, rolling_median, spread_ratio)
 from heavytail.names import KERNEL_COLORS, variant_label
 from heavytail.summary import collect_runs, filter_runs
+from heavytail.summary_plots import training_curve
 from heavytail.train import build_benchmark, load_model, training_log
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repo root
@@ -86,13 +87,12 @@ else:
             steps = np.array([row["step"] for row in log])
             loss = np.array([row["loss"] for row in log], dtype=float)
             color = KERNEL_COLORS[cfg["kernel"]]
-            ax.plot(steps, loss, color=color, alpha=0.2, lw=0.7)
-            ax.plot(steps, rolling_median(loss, 15), color=color, lw=2, label=cfg["kernel"])
+            training_curve(ax, steps, loss, color=color, window=15, label=cfg["kernel"])
             onset = collapse_onset(log)
             onsets[(cfg["kernel"], transform)] = onset
             if onset is not None:
                 ax.plot([onset], [np.nanmax(loss)], "o", color=color)
-        ax.set_yscale("log")
+        ax.set_yscale("log")  # also on a panel with no run
         ax.set_xlabel("step")
         ax.set_title(f"post-norm, {'symlog' if transform else 'no transform'}")
     axes[0].set_ylabel("training loss (energy distance, eq. 10)")
