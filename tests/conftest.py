@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from heavytail.artifacts import repo_root
 from heavytail.config import RunConfig
 
 TINY = dict(
@@ -22,6 +23,32 @@ TINY = dict(
 @pytest.fixture
 def tiny_cfg() -> RunConfig:
     return RunConfig.from_dict(TINY)
+
+
+# ------------------------------------------------------------------------- the smoke report, once
+@dataclasses.dataclass(frozen=True)
+class SmokeReport:
+    out: Path  # the report folder
+    params: object  # heavytail.pipeline.report.ReportParams of params/smoke.yaml
+    results: dict  # notebook name -> heavytail.pipeline.notebook.NotebookResult
+
+
+@pytest.fixture(scope="session")
+def smoke_report() -> SmokeReport:
+    """params/smoke.yaml through the report runner, once per test session (minutes: every notebook and
+    its grids), into ``outputs/smoke/`` or ``$HEAVYTAIL_SMOKE_DIR``, where a person can open afterwards what
+    the tests checked. An earlier report there is removed first, so that no file of it passes for this one's."""
+    from heavytail.pipeline.report import ReportParams, run_report
+
+    root = repo_root(Path(__file__).parent)
+    out = Path(os.environ.get("HEAVYTAIL_SMOKE_DIR") or root / "outputs" / "smoke")
+    if out.is_dir() and ((out / "index.json").is_file() or not any(out.iterdir())):
+        shutil.rmtree(out)
+    elif out.exists():
+        pytest.fail(f"{out} exists and is not a report folder; point HEAVYTAIL_SMOKE_DIR elsewhere")
+    params = ReportParams.from_yaml(root / "params" / "smoke.yaml")
+    results = run_report(params, output_dir=out, progress=False)
+    return SmokeReport(out, params, {r.name: r for r in results})
 
 
 # ------------------------------------------------------------------------- a real SLURM cluster

@@ -1,7 +1,8 @@
 """The rendered report as a reviewer reads it: the smoke report opened in headless Chromium.
 
-params/smoke.yaml goes through the report runner once (module fixture) into ``outputs/smoke/`` (or
-``$HEAVYTAIL_SMOKE_DIR``), so that after the tests a person can open what they checked, including
+params/smoke.yaml goes through the report runner once per session (``smoke_report`` in tests/conftest.py,
+shared with tests/test_report.py) into ``outputs/smoke/`` (or ``$HEAVYTAIL_SMOKE_DIR``), so that after the
+tests a person can open what they checked, including
 ``landing.png``, the screenshot of the landing page written here (``HEAVYTAIL_CHECK_REPORT=<folder>``
 checks an already rendered report instead, e.g. ``outputs/cpu``). Every page must load without console
 errors, every link and image must resolve, the landing page must show the findings and a thumbnail for each
@@ -33,13 +34,11 @@ import pytest
 from heavytail.artifacts import repo_root
 from heavytail.pipeline.landing import figures_of
 from heavytail.pipeline.notebook import NotebookResult
-from heavytail.pipeline.report import ReportParams, run_report
 
 sys.path.insert(0, str(Path(__file__).parent))
 from headless import Chromium, find_chromium  # noqa: E402
 
 ROOT = repo_root(Path(__file__).parent)
-SMOKE = ROOT / "params" / "smoke.yaml"
 LAB_SETTINGS = ROOT / ".jupyter" / "lab" / "settings"
 
 needs_chromium = pytest.mark.skipif(
@@ -48,18 +47,16 @@ needs_chromium = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def smoke_report():
-    """(report folder, results by notebook name). HEAVYTAIL_CHECK_REPORT=<folder> checks a report that is
-    already rendered (e.g. outputs/cpu after `make report`) instead of rendering the smoke report."""
+def checked_report(request):
+    """(report folder, results by notebook name): the session's smoke report (tests/conftest.py), or with
+    HEAVYTAIL_CHECK_REPORT=<folder> a report that is already rendered (e.g. outputs/cpu after `make report`)."""
     given = os.environ.get("HEAVYTAIL_CHECK_REPORT")
     if given:
         out = Path(given).resolve()
         index = json.loads((out / "index.json").read_text())
         return out, {n["name"]: NotebookResult(**n) for n in index["notebooks"]}
-    out = Path(os.environ.get("HEAVYTAIL_SMOKE_DIR") or ROOT / "outputs" / "smoke")
-    params = ReportParams.from_yaml(SMOKE)
-    results = run_report(params, output_dir=out, progress=False)
-    return out, {r.name: r for r in results}
+    smoke = request.getfixturevalue("smoke_report")
+    return smoke.out, smoke.results
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +90,8 @@ def _executed_notebooks(out: Path) -> list[tuple[Path, Path]]:
     return list(dict.fromkeys(found))
 
 
-def test_every_executed_notebook_displays_at_least_the_figures_it_saved(smoke_report):
-    out, results = smoke_report
+def test_every_executed_notebook_displays_at_least_the_figures_it_saved(checked_report):
+    out, results = checked_report
     executed = _executed_notebooks(out)
     assert executed, f"no executed notebook in {out}"
     for ipynb, folder in executed:
@@ -142,8 +139,8 @@ def _check_page(browser: Chromium, page: Path) -> tuple[list[str], dict]:
 
 
 @needs_chromium
-def test_the_landing_page_shows_the_state_the_findings_and_a_thumbnail_per_notebook(smoke_report, browser):
-    out, results = smoke_report
+def test_the_landing_page_shows_the_state_the_findings_and_a_thumbnail_per_notebook(checked_report, browser):
+    out, results = checked_report
     landing = out / "index.html"
     problems, info = _check_page(browser, landing)
     first = browser.evaluate("document.body.firstElementChild.textContent")
@@ -164,8 +161,8 @@ def test_the_landing_page_shows_the_state_the_findings_and_a_thumbnail_per_noteb
 
 
 @needs_chromium
-def test_every_page_of_the_report_loads_cleanly_and_shows_every_figure_it_saved(smoke_report, browser):
-    out, _ = smoke_report
+def test_every_page_of_the_report_loads_cleanly_and_shows_every_figure_it_saved(checked_report, browser):
+    out, _ = checked_report
     problems = []
     pages = [(out / "index.html", None)] + [(ipynb.with_suffix(".html"), folder)
                                              for ipynb, folder in _executed_notebooks(out)]

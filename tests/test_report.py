@@ -18,7 +18,6 @@ from heavytail.pipeline import report
 from heavytail.pipeline.report import ReportParams, run_report
 
 ROOT = repo_root(Path(__file__).parent)
-SMOKE = ROOT / "params" / "smoke.yaml"
 
 # What each notebook must leave behind (figures come as PNG + SVG).
 EXPECTED = {
@@ -62,16 +61,8 @@ art.save_table("x.json", {{"x": x}})
 """
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smoke-report")
-    params = ReportParams.from_yaml(SMOKE)
-    results = run_report(params, output_dir=out, progress=False)
-    return out, params, {r.name: r for r in results}
-
-
-def test_every_notebook_in_the_smoke_params_runs_and_writes_its_artifacts(smoke_run):
-    out, params, results = smoke_run
+def test_every_notebook_in_the_smoke_params_runs_and_writes_its_artifacts(smoke_report):
+    out, params, results = smoke_report.out, smoke_report.params, smoke_report.results
     assert set(EXPECTED) <= set(params.notebooks), "smoke.yaml must cover notebooks 01-03"
     for name in params.notebooks:
         r = results[name]
@@ -87,9 +78,9 @@ def test_every_notebook_in_the_smoke_params_runs_and_writes_its_artifacts(smoke_
     assert data["finished"] is True
 
 
-def test_notebook_findings_are_computed_not_pasted(smoke_run):
+def test_notebook_findings_are_computed_not_pasted(smoke_report):
     # The last cell of every notebook renders its findings; they must mention values from this run.
-    out, _, _ = smoke_run
+    out = smoke_report.out
     findings = json.loads((out / "02_splice_testbed" / "findings.json").read_text())
     assert set(findings["energy_argmin_at_largest_budget"]) == {"0.5", "0.9"}  # the smoke seams, not the paper's
     html = (out / "02_splice_testbed.html").read_text()
