@@ -17,6 +17,13 @@ so ``log_g`` and its gradient are finite for every finite float32 score, -1e30 t
 
 ``dlog_g`` is the derivative of ``log_g``, written out for the hand-written backward of the
 flash-style backend (``heavytail.attention``); the tests compare it with autograd.
+
+``g_ratio`` is ``g(s) / g(m)`` for the row maximum ``m`` of the scores, the unnormalized weight of
+eq. 7 relative to the row's largest. Every ``g`` of Table 1 is increasing, so the row maximum of
+``log g(S)`` is ``log g`` of the row's largest score: the flash-style backend needs ``log g`` once
+per row, and each score costs at most one ``log1p`` or ``exp`` (against three transcendental
+functions for ``exp(log g(s) - max log g)``), which is what its forward and backward spend their
+elementwise time on.
 """
 
 from __future__ import annotations
@@ -42,6 +49,12 @@ class Kernel:
             ``inf`` for huge scores (that is its true value); attention never calls it.
         log_g: ``log g(s)`` elementwise, finite with finite gradient for every finite score.
         dlog_g: ``d/ds log g(s)`` elementwise (used by hand-written backwards).
+        g_ratio: ``g_ratio(s, log_gm, row) = g(s) / g(m)`` for scores ``s`` ``(..., N, L)`` at or
+            below their row maximum ``m``, given per row ``log_gm = log g(m)`` and ``row =
+            ratio_row(m, log_gm)`` ``(..., N, 1)``; in ``[0, 1]``, finite for every finite score.
+            Forward only (no autograd).
+        ratio_row: the per-row term ``g_ratio`` needs, ``(..., N, 1) -> (..., N, 1)``, computed once per
+            row so that no transcendental function of ``m`` is evaluated once per score.
         growth: growth of the positive branch as ``s -> inf`` (last column of Table 1).
     """
 
@@ -49,6 +62,8 @@ class Kernel:
     g: Callable[[Tensor], Tensor]
     log_g: Callable[[Tensor], Tensor]
     dlog_g: Callable[[Tensor], Tensor]
+    g_ratio: Callable[[Tensor, Tensor, Tensor], Tensor]
+    ratio_row: Callable[[Tensor, Tensor], Tensor]
     growth: str
 
 
@@ -72,6 +87,20 @@ def _softmax_dlog_g(s: Tensor) -> Tensor:
     return torch.ones_like(s)
 
 
+def _softmax_g_ratio(s: Tensor, log_gm: Tensor, row: Tensor) -> Tensor:
+    return torch.exp(s - log_gm)
+
+
+def _no_row(m: Tensor, log_gm: Tensor) -> Tensor:
+    return log_gm
+
+
+def _elu_ratio_row(m: Tensor, log_gm: Tensor) -> Tensor:
+    # 1 + m, the base of the positive branch (1 for m <= 0, where no score takes that branch);
+    # dividing by it stays exact where 1 / g(m) would underflow (squared-ELU: m > 1.8e19).
+    return 1.0 + m.clamp(min=0.0)
+
+
 # squared-ELU: (s + 1)^2 for s > 0, e^{2s} for s <= 0.
 def _sq_g(s: Tensor) -> Tensor:
     pos, sp, sn = _split(s)
@@ -86,6 +115,12 @@ def _sq_log_g(s: Tensor) -> Tensor:
 def _sq_dlog_g(s: Tensor) -> Tensor:
     pos, sp, _ = _split(s)
     return torch.where(pos, 2.0 / (1.0 + sp), torch.full_like(s, 2.0))
+
+
+def _sq_g_ratio(s: Tensor, log_gm: Tensor, row: Tensor) -> Tensor:
+    # s > 0 implies m > 0; on the negative branch the exponent 2s - log g(m) is <= 0 either way.
+    pos, sp, sn = _split(s)
+    return torch.where(pos, torch.square((1.0 + sp) / row), torch.exp(2.0 * sn - log_gm))
 
 
 # linear-ELU: s + 1 for s > 0, e^s for s <= 0.
@@ -104,6 +139,11 @@ def _lin_dlog_g(s: Tensor) -> Tensor:
     return torch.where(pos, 1.0 / (1.0 + sp), torch.ones_like(s))
 
 
+def _lin_g_ratio(s: Tensor, log_gm: Tensor, row: Tensor) -> Tensor:
+    pos, sp, sn = _split(s)
+    return torch.where(pos, (1.0 + sp) / row, torch.exp(sn - log_gm))
+
+
 # log-ELU: log(1 + s) + 1 for s > 0, (1 - s)^{-1} for s <= 0.
 def _loge_g(s: Tensor) -> Tensor:
     pos, sp, sn = _split(s)
@@ -120,13 +160,23 @@ def _loge_dlog_g(s: Tensor) -> Tensor:
     return torch.where(pos, 1.0 / ((1.0 + sp) * (1.0 + torch.log1p(sp))), 1.0 / (1.0 - sn))
 
 
+def _loge_g_ratio(s: Tensor, log_gm: Tensor, row: Tensor) -> Tensor:
+    # row = 1 / g(m): at least 1 / 90 when m > 0 (g grows like log s), 1 - m when m <= 0; no overflow.
+    pos, sp, sn = _split(s)
+    return torch.where(pos, (torch.log1p(sp) + 1.0) * row, row / (1.0 - sn))
+
+
+def _loge_ratio_row(m: Tensor, log_gm: Tensor) -> Tensor:
+    return torch.exp(-log_gm)
+
+
 KERNELS: dict[str, Kernel] = {
     k.name: k
     for k in (
-        Kernel("softmax", _softmax_g, _softmax_log_g, _softmax_dlog_g, "exponential"),
-        Kernel("squared_elu", _sq_g, _sq_log_g, _sq_dlog_g, "quadratic"),
-        Kernel("linear_elu", _lin_g, _lin_log_g, _lin_dlog_g, "linear"),
-        Kernel("log_elu", _loge_g, _loge_log_g, _loge_dlog_g, "logarithmic"),
+        Kernel("softmax", _softmax_g, _softmax_log_g, _softmax_dlog_g, _softmax_g_ratio, _no_row, "exponential"),
+        Kernel("squared_elu", _sq_g, _sq_log_g, _sq_dlog_g, _sq_g_ratio, _elu_ratio_row, "quadratic"),
+        Kernel("linear_elu", _lin_g, _lin_log_g, _lin_dlog_g, _lin_g_ratio, _elu_ratio_row, "linear"),
+        Kernel("log_elu", _loge_g, _loge_log_g, _loge_dlog_g, _loge_g_ratio, _loge_ratio_row, "logarithmic"),
     )
 }
 KERNEL_NAMES: tuple[str, ...] = tuple(KERNELS)

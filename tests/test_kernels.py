@@ -73,3 +73,26 @@ def test_dlog_g_matches_autograd_float64(name):
     s = torch.linspace(-50, 50, 1001, dtype=torch.float64).requires_grad_()
     (grad,) = torch.autograd.grad(kern.log_g(s).sum(), s)
     torch.testing.assert_close(kern.dlog_g(s.detach()), grad, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_g_ratio_is_g_over_the_row_maximum_in_float32(name):
+    """g(s)/g(m) (the flash backend's weights before normalization, eq. 7) against float64
+    exp(log g(s) - log g(m)), for row maxima from -1e30 to 3e38 and every score below them."""
+    kern = get_kernel(name)
+    mags = torch.logspace(-6, 30, 73, dtype=torch.float64)
+    pool = torch.cat([-mags, torch.tensor([-1e30, 0.0, 3e38], dtype=torch.float64), mags])
+    for m in (-1e30, -1e4, -60.0, -1.0, 0.0, 0.5, 30.0, 1e4, 1e8, 3e38):
+        if name == "softmax" and m > 60:
+            continue  # e^{s - m} underflows to 0 for every s far below m: nothing to compare
+        s = torch.cat([pool[pool <= m], torch.tensor([m], dtype=torch.float64)])
+        m32 = torch.tensor([m], dtype=torch.float32)
+        log_gm = kern.log_g(m32)
+        got = kern.g_ratio(s.float(), log_gm, kern.ratio_row(m32, log_gm)).double()
+        want = torch.exp(kern.log_g(s) - kern.log_g(torch.tensor([m], dtype=torch.float64)))
+        assert torch.isfinite(got).all() and (got >= 0).all() and (got <= 1 + 1e-6).all(), (m, got)
+        assert got[-1] == pytest.approx(1.0, rel=1e-6), m  # the maximum itself has ratio 1
+        # float32 rounding of s and of log g(m): a few ulps relative where the weight is a normal float32.
+        normal = want > 1e-30
+        torch.testing.assert_close(got[normal], want[normal], rtol=2e-5, atol=0)
+        assert (got[~normal] <= 1e-29).all(), m
