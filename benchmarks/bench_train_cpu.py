@@ -33,21 +33,36 @@ def base_config(overrides: dict) -> RunConfig:
     return RunConfig.from_dict({**base, **overrides})
 
 
-def time_steps(cfg: RunConfig, steps: int, warmup: int) -> list[float]:
-    torch.manual_seed(cfg.seed)
-    device = torch.device("cpu")
-    model = build_model(cfg, device)
-    optimizer, _ = build_optimizer(cfg, model)
-    bench = build_benchmark(cfg)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    times = []
-    for i in range(warmup + steps):
+class _Stepper:
+    """One kernel's model, optimizer and data stream; ``step()`` times one whole training step."""
+
+    def __init__(self, cfg: RunConfig):
+        torch.manual_seed(cfg.seed)
+        self.cfg, self.device = cfg, torch.device("cpu")
+        self.model = build_model(cfg, self.device)
+        self.optimizer, _ = build_optimizer(cfg, self.model)
+        self.bench = build_benchmark(cfg)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+
+    def step(self) -> float:
         t0 = time.perf_counter()
-        x, y = draw_batch(bench, cfg, gen, device)
-        _, loss, grad_norm = training_step(model, optimizer, x, y, cfg, device, energy_distance)
-        optimizer.step()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
+        x, y = draw_batch(self.bench, self.cfg, self.gen, self.device)
+        training_step(self.model, self.optimizer, x, y, self.cfg, self.device, energy_distance)
+        self.optimizer.step()
+        return time.perf_counter() - t0
+
+
+def time_kernels(cfg: RunConfig, steps: int, warmup: int) -> dict[str, list[float]]:
+    """Step times per kernel, the kernels taking turns step by step: a noisy neighbour slows every
+    kernel alike instead of whichever happened to run while it was busy."""
+    steppers = {kernel: _Stepper(cfg.replace(kernel=kernel)) for kernel in KERNELS}
+    for stepper in steppers.values():
+        for _ in range(warmup):  # compiles the flash blocks, fills the allocator
+            stepper.step()
+    times: dict[str, list[float]] = {kernel: [] for kernel in steppers}
+    for _ in range(steps):
+        for kernel, stepper in steppers.items():
+            times[kernel].append(stepper.step())
     return times
 
 
@@ -64,10 +79,7 @@ def main() -> None:
         f"threads={torch.get_num_threads()}  N={cfg.n_points}  trials/step={cfg.trials_per_step}  "
         f"D={cfg.d_model}  blocks={cfg.n_blocks}  d_ff={cfg.d_ff}  norm={cfg.norm}  backend={cfg.attention_backend}"
     )
-    rows = []
-    for kernel in KERNELS:
-        med = statistics.median(time_steps(cfg.replace(kernel=kernel), steps, args.warmup))
-        rows.append((kernel, med))
+    rows = [(kernel, statistics.median(t)) for kernel, t in time_kernels(cfg, steps, args.warmup).items()]
     softmax = rows[0][1]
     print(f"{'kernel':<12} {'s/step':>8} {'steps/s':>8} {'time vs softmax':>16}")
     for kernel, med in rows:
