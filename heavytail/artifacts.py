@@ -18,9 +18,9 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
-from .io import atomic_write_text, dumps_json
+from .io import atomic_write_text, dumps_json, to_plain
 
 NOTEBOOK_PATTERN = re.compile(r"^\d{2}_[A-Za-z0-9_]+$")
 CONCLUSION_FILE = "conclusion.json"  # {"sentence": str, "figure": figure name or null}; read by the landing page
@@ -39,19 +39,6 @@ def repo_root(start: str | os.PathLike | None = None) -> Path:
         if (folder / "pyproject.toml").is_file() and (folder / "heavytail").is_dir():
             return folder
     return Path(__file__).resolve().parent.parent
-
-
-def _jsonable(obj: Any) -> Any:
-    """Convert numpy / torch scalars and arrays into plain Python values for CSV cells."""
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if hasattr(obj, "tolist"):  # numpy arrays/scalars and torch tensors
-        return _jsonable(obj.tolist())
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
 
 
 @dataclass(frozen=True)
@@ -120,7 +107,7 @@ class Artifacts:
         if not name.endswith(".csv"):
             raise ValueError(f"table name must end in .csv or .json, got {name!r}")
         if isinstance(table, Mapping):
-            columns = {k: list(_jsonable(v)) for k, v in table.items()}
+            columns = {str(k): list(to_plain(v)) for k, v in table.items()}
             lengths = {len(v) for v in columns.values()}
             if len(lengths) > 1:
                 raise ValueError(f"CSV columns of {name!r} have different lengths: "
@@ -128,7 +115,7 @@ class Artifacts:
             rows = [dict(zip(columns, vals)) for vals in zip(*columns.values())]
             header = list(columns)
         else:
-            rows = [_jsonable(dict(r)) for r in table]
+            rows = [to_plain(dict(r)) for r in table]
             header = list(rows[0]) if rows else []
         buffer = io.StringIO(newline="")
         writer = csv.DictWriter(buffer, fieldnames=header)

@@ -60,20 +60,23 @@ def atomic_torch_save(obj: Any, path: str | Path) -> Path:
 _NONFINITE = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
 
 
-def _encode(value: Any) -> Any:
+def to_plain(value: Any, tag_nonfinite: bool = False) -> Any:
+    """numpy and torch values (scalars, arrays, tensors) as plain Python ones, recursively through dicts,
+    lists and tuples, paths as strings: what JSON and CSV writers take. ``tag_nonfinite`` also turns inf
+    and NaN into the tagged strings of strict JSON (CSV cells keep them as floats: ``inf``, ``nan``)."""
     if isinstance(value, dict):
-        return {str(k): _encode(v) for k, v in value.items()}
+        return {str(k): to_plain(v, tag_nonfinite) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_encode(v) for v in value]
+        return [to_plain(v, tag_nonfinite) for v in value]
     if hasattr(value, "detach") and hasattr(value, "tolist"):  # a torch tensor, without importing torch
-        return _encode(value.detach().cpu().tolist())
+        return to_plain(value.detach().cpu().tolist(), tag_nonfinite)
     if isinstance(value, np.ndarray):
-        return _encode(value.tolist())
+        return to_plain(value.tolist(), tag_nonfinite)
     if isinstance(value, (np.floating, float)):
         value = float(value)
-        if math.isnan(value):
+        if tag_nonfinite and math.isnan(value):
             return "NaN"
-        if math.isinf(value):
+        if tag_nonfinite and math.isinf(value):
             return "Infinity" if value > 0 else "-Infinity"
         return value
     if isinstance(value, np.integer):
@@ -96,7 +99,7 @@ def _decode(value: Any) -> Any:
 
 
 def dumps_json(obj: Any, **kwargs: Any) -> str:
-    return json.dumps(_encode(obj), allow_nan=False, **kwargs)
+    return json.dumps(to_plain(obj, tag_nonfinite=True), allow_nan=False, **kwargs)
 
 
 def save_json(obj: Any, path: str | Path) -> Path:

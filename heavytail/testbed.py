@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from heavytail.distributions import SplicedPareto
-from heavytail.io import atomic_write_bytes
+from heavytail.io import atomic_write_bytes, save_json
 
 SWEEP_STATISTICS = ("energy", "w2", "hill_gap")
 COLUMNS = ("budget", "seam", "a_star", "rep", *SWEEP_STATISTICS)
@@ -153,7 +153,7 @@ def run_sweep(cfg: SweepConfig = SweepConfig(), cache_dir: str | os.PathLike | N
     cache = Path(cache_dir) / f"sweep-{cfg.key()}-{_code_fingerprint()}" if cache_dir is not None else None
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
-        (cache / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
+        save_json(asdict(cfg), cache / "config.json")
     # Work is proportional to A * R * N log N; weight the bar by sample count so its ETA means something.
     weights = [cfg.repetitions[i] * cfg.budgets[i] for i, _ in cells]
     rows: dict[str, list] = {c: [] for c in COLUMNS}

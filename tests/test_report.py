@@ -173,6 +173,16 @@ def test_artifacts_write_figures_and_tables(tmp_path):
     assert (art.dir / "t.csv").read_text().splitlines() == ["a,b", "0,0.5", "1,1.5", "2,2.5"]
     art.save_table("t.json", {"v": np.float64(2.0), "arr": np.ones(2)})
     assert json.loads((art.dir / "t.json").read_text()) == {"v": 2.0, "arr": [1.0, 1.0]}
+    # One conversion (heavytail.io.to_plain) behind both: CSV cells keep inf as inf, strict JSON tags it.
+    import torch
+
+    from heavytail.io import load_json
+
+    art.save_table("nf.csv", [{"x": np.float32(np.inf), "t": torch.tensor(1.5)}])
+    assert (art.dir / "nf.csv").read_text().splitlines() == ["x,t", "inf,1.5"]
+    art.save_table("nf.json", {"x": np.array([np.inf, -np.inf]), "t": torch.tensor([0.5])})
+    assert json.loads((art.dir / "nf.json").read_text()) == {"x": ["Infinity", "-Infinity"], "t": [0.5]}
+    assert load_json(art.dir / "nf.json")["x"] == [float("inf"), float("-inf")]
     with pytest.raises(ValueError, match="different lengths"):
         art.save_table("bad.csv", {"a": [1, 2], "b": [1]})
     with pytest.raises(ValueError, match="end in .csv or .json"):
