@@ -26,13 +26,10 @@
 # `python -m heavytail grid` executes it once per configuration; the summary notebook collects the grid.
 
 # %% tags=["parameters"]
-# The run configuration: RunConfig keys (heavytail.config); a key left out keeps RunConfig's default, which
-# is the paper's Table 3 recipe. The values here are a quick CPU run for interactive use; the grid passes
-# the whole configuration of one grid cell.
-config = dict(benchmark="sheared_swap", marginals="mirrored_pareto", kernel="linear_elu", norm="post",
-              symlog=False, d_model=32, n_blocks=2, d_ff=64, warmup_steps=20, steps=200, n_points=256,
-              trials_per_step=8, eval_trials=32, eval_n_points=1024, bootstrap_resamples=500, seed=0,
-              checkpoint_every=50, log_every=5)
+# The run configuration: a mapping of RunConfig keys (heavytail.config); a key left out keeps RunConfig's
+# default, which is the paper's Table 3 recipe. The grid passes the whole configuration of one grid cell;
+# None runs the quick CPU configuration of the next cell (one line here, so papermill can read the cell).
+config = None
 # Where this configuration lives. run_dir None: <repo>/outputs/<report>/<configuration name>/.
 run_dir = None
 floor_cache = None  # None: <run_dir>/../_floors, shared by every configuration of a grid
@@ -59,6 +56,11 @@ from heavytail.summary_plots import training_curve
 from heavytail.train import build_benchmark, load_model, resolve_device
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repository root
+if config is None:  # interactive use: a quick CPU run (minutes)
+    config = dict(benchmark="sheared_swap", marginals="mirrored_pareto", kernel="linear_elu", norm="post",
+                  symlog=False, d_model=32, n_blocks=2, d_ff=64, warmup_steps=20, steps=200, n_points=256,
+                  trials_per_step=8, eval_trials=32, eval_n_points=1024, bootstrap_resamples=500, seed=0,
+                  checkpoint_every=50, log_every=5)
 cfg = RunConfig.from_dict(config)
 run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg, report)
 art = artifacts("04_ablation", report=report, output_root=output_root if output_root is not None else run_dir)
