@@ -13,7 +13,7 @@ import yaml
 
 from heavytail.artifacts import repo_root
 from heavytail.pipeline import lock
-from heavytail.pipeline.grid import GridSpec, _jobs, execute_configuration, main
+from heavytail.pipeline.grid import EXIT_LOCKED, GridSpec, _jobs, execute_configuration, main
 
 
 def test_a_live_holder_keeps_the_lock_and_is_named(tmp_path):
@@ -82,7 +82,8 @@ def test_two_grid_commands_never_run_one_configuration_at_once(tmp_path, capsys)
             assert first.poll() is None and time.monotonic() < deadline, "the first command never took the lock"
             time.sleep(0.2)
         holder = lock.holder(run_dir)
-        assert main([str(grid_file), "--executor", "local", "--output-root", str(tmp_path)]) == 0
+        # Not failed, but not finished by this command either: its own exit code.
+        assert main([str(grid_file), "--executor", "local", "--output-root", str(tmp_path)]) == EXIT_LOCKED
         out = capsys.readouterr()
         assert f"locked  being run by another grid command: pid {holder.pid}" in out.out
         assert f"pid {holder.pid} on {holder.host}" in out.err

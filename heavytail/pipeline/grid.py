@@ -94,6 +94,7 @@ EXECUTORS = ("local", "slurm", "submitit-local")
 STATUSES = ("ok", "skipped", "failed", "cancelled", "locked", "running", "submitted", "pending")
 # Not finished from this command's point of view: still to run, or run by someone else right now.
 UNFINISHED = ("pending", "running", "submitted", "locked")
+EXIT_LOCKED = 3  # the command's exit code when a configuration was left to the grid command holding its lock
 # The keys RunConfig.name spells; any other key that varies in a grid is appended to the folder name.
 NAMED_KEYS = ("benchmark", "marginals", "kernel", "norm", "symlog", "seed")
 TASK_KEYS = ("benchmark", "marginals")
@@ -959,8 +960,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m heavytail grid params/grid_cpu.yaml --executor local``; 0 when no configuration failed
-    or was cancelled, 1 when one did, 2 for bad input (the grid file, the cluster's limits)."""
+    """``python -m heavytail grid params/grid_cpu.yaml --executor local``; 0 when every configuration ran
+    or had finished earlier (or, with ``--no-wait``, is submitted), 1 when one failed or was cancelled, 2 for
+    bad input (the grid file, the cluster's limits), 3 when none failed but one was left to another grid
+    command that holds its lock: the grid is not finished, so a script must not read it as complete."""
     args = build_parser().parse_args(argv)
     try:
         grid = with_base(GridSpec.from_yaml(args.grid), cli.parse_sets(args.set)) if args.set else args.grid
@@ -982,7 +985,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      if report.by_status(s))
     print(f"[grid] {report.name}: {len(report.by_status('ok'))} ran, {len(report.by_status('skipped'))} finished earlier, "
           f"{len(failed)} failed{others}; {total:.1f} s of notebook time; index: {report.index_path}")
-    return 1 if failed or cancelled else 0
+    return 1 if failed or cancelled else EXIT_LOCKED if report.by_status("locked") else 0
 
 
 if __name__ == "__main__":
