@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import stat
+from pathlib import Path
 
 import jupytext
 import pytest
@@ -250,3 +251,52 @@ def test_killing_the_grid_stops_its_workers_and_their_kernels(tmp_path):
     proc.wait()
     gone, alive = psutil.wait_procs(descendants, timeout=60)
     assert not alive, f"still running after the grid was killed: {[p.cmdline()[:4] for p in alive]}"
+
+
+def _slow_stand_in(job):
+    """Stands in for execute_configuration in the pool's workers: holds the run folder's lock for a while."""
+    import time as _time
+
+    from heavytail.pipeline import lock
+
+    run_dir = Path(job.run_dir)
+    held = lock.acquire(run_dir)
+    try:
+        _time.sleep(1.5)
+    finally:
+        lock.release(run_dir, held)
+    return {"name": job.name, "status": "failed", "config": job.config, "error": "stand-in, not run"}
+
+
+def test_grid_json_counts_as_running_only_what_a_worker_runs(tmp_path, monkeypatch):
+    # The process pool pre-queues an item per worker and calls it running before any worker has taken it.
+    import threading
+    import time as _time
+
+    import heavytail.pipeline.grid as grid_mod
+
+    monkeypatch.setattr(grid_mod, "execute_configuration", _slow_stand_in)
+    grid = _smoke()
+    del grid["base"]["seed"]
+    grid["axes"]["seed"] = [0, 1]  # four configurations through one worker
+    spec = GridSpec.from_dict(grid)
+    seen, stop = [], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            try:
+                entries = json.loads((tmp_path / spec.name / "grid.json").read_text())["configurations"]
+                seen.append(sum(e["status"] == "running" for e in entries))
+            except (OSError, ValueError, KeyError):
+                pass
+            _time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        report = run_grid(grid, executor="local", workers=1, output_root=tmp_path)
+    finally:
+        stop.set()
+        watcher.join()
+    assert [e.status for e in report.entries] == ["failed"] * 4
+    assert seen and max(seen) == 1, f"grid.json said {max(seen)} running with one worker"

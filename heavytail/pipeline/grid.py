@@ -592,11 +592,15 @@ def _run_local(report: GridReport, todo: list[tuple[GridEntry, ConfigurationJob]
     context = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_die_with_parent) as pool:
         futures = {pool.submit(execute_configuration, job): entry for entry, job in todo}
+        run_dirs = {id(entry): Path(job.run_dir) for entry, job in todo}
         try:
             remaining = set(futures)
             while remaining:
                 done, remaining = cf.wait(remaining, timeout=5, return_when=cf.FIRST_COMPLETED)
-                started = [futures[f] for f in remaining if f.running() and futures[f].status == "pending"]
+                # The pool pre-queues an item per worker and calls it 'running' already; a configuration
+                # runs once its worker holds the run folder's lock.
+                started = [futures[f] for f in remaining if f.running() and futures[f].status == "pending"
+                           and lock.holder(run_dirs[id(futures[f])]) is not None]
                 for entry in started:
                     entry.status = "running"
                 for future in done:
