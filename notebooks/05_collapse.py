@@ -26,13 +26,15 @@
 # float32 log-space attention with exact autograd gradients, on the same data, and compare.
 #
 # Figures 12 and 13 are drawn from the runs of the ablation grid (notebook 04, `python -m heavytail grid`);
-# the numerics study reads its own grid of attention-path variants (params/grid_collapse_cpu.yaml), each
-# variant one resumable notebook-04 run like every grid configuration.
+# the numerics study reads a grid of attention-path variants, each one resumable notebook-04 run like every
+# grid configuration: a grid of its own (params/grid_collapse_*.yaml), or the runs of another grid that
+# share one configuration but the attention path (`variants_where` picks them).
 
 # %% tags=["parameters"]
 # Grid folders; the report injects both from its params file (grids: ...).
 grid_dir = "outputs/grid-cpu"  # the ablation grid whose post-norm sheared-swap runs give Figures 12 and 13
 variants_dir = "outputs/grid-collapse-cpu"  # the attention-path variants (params/grid_collapse_cpu.yaml)
+variants_where = {}  # only variants_dir's runs with these configuration values ({}: all of them)
 gradient_check_trials = 2  # evaluation trials replayed through each block for the gradient-accuracy check
 report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner
@@ -160,14 +162,16 @@ print(fig12_note)
 
 # %%
 found = collect_runs(variants_dir) if Path(variants_dir).exists() else None
-variant_runs = sorted(found.runs if found else [], key=lambda r: (r.config["kernel"] != "softmax", r.name))
+variant_runs = sorted(filter_runs(found.runs, **variants_where) if found else [],
+                      key=lambda r: (r.config["kernel"] != "softmax", r.name))
 runs = {variant_label(r.config["kernel"], r.config["attention_backend"], r.config["precision"]): r for r in variant_runs}
 pair = numerics_pair(variant_runs)
 if pair is None:
     raise RuntimeError(f"the variants grid {variants_dir} has no finished softmax run through a flash-style and an exact "
                        "attention path: run python -m heavytail grid params/grid_collapse_cpu.yaml (or make report)")
 shared = {k: v for k, v in pair[0].config.items() if all(r.config[k] == v for r in variant_runs)}
-print(f"variants grid {variants_dir}: {len(variant_runs)} runs; settings they share:")
+where = f" with {', '.join(f'{k}={v}' for k, v in variants_where.items())}" if variants_where else ""
+print(f"variants grid {variants_dir}: {len(variant_runs)} runs{where}; settings they share:")
 print(", ".join(f"{k}={v}" for k, v in shared.items()))
 for label, run in runs.items():
     print(f"{label}: median ratio {run.results['energy']['median']['ratio']:.3f}, {run.results['collapse']['label']}, "
