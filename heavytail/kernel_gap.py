@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from .artifacts import repo_root
 from .io import load_json, save_json
 from .names import BACKEND_LABELS, KERNEL_COLORS, KERNELS
-from .rundir import RunDir
+from .rundir import RunDir, same_run
 
 REFERENCE_MAP = Path("outputs") / "reference" / "kernel_gap_map.json"
 MAP_GRID = Path("params") / "grid_gap_map.yaml"
@@ -297,6 +297,18 @@ def softmax_collapses(cs: Mapping[tuple, Cell]) -> tuple[str, str]:
         evidence += "; collapsed cells: " + ", ".join(f"{variant_name(c.variant)} at N = {c.n_points} "
                                                       f"({sum(c.collapsed)} of {len(c.runs)} seeds)" for c in hit)
     return ("reproduced" if hit else "not reproduced"), evidence
+
+
+def against_map(own: Sequence[Mapping[str, Any]], map_runs: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """Relative difference of the median ratio (eq. 36), ``|own / map - 1|``, per kernel, for every run of
+    ``own`` whose configuration is the same run as one of the map's (:func:`heavytail.rundir.same_run`: a key
+    added since the map was made, at its default, is no difference)."""
+    out: dict[str, list[float]] = {}
+    for r in own:
+        twin = next((m for m in map_runs if same_run(m["config"], r["config"])), None)
+        if twin is not None:
+            out.setdefault(r["config"]["kernel"], []).append(abs(r["median"]["ratio"] / twin["median"]["ratio"] - 1))
+    return out
 
 
 def map_extent(runs: Sequence[Mapping[str, Any]]) -> str:

@@ -197,13 +197,7 @@ if map_runs:
 
 # %%
 if own and map_runs:
-    by_config = {tuple(sorted((k, str(v)) for k, v in r["config"].items() if k not in ("device",))): r for r in map_runs}
-    diffs = {}
-    for r in own:
-        key = tuple(sorted((k, str(v)) for k, v in r["config"].items() if k not in ("device",)))
-        if key in by_config:
-            diffs.setdefault(r["config"]["kernel"], []).append(
-                abs(r["median"]["ratio"] / by_config[key]["median"]["ratio"] - 1))
+    diffs = G.against_map(own, map_runs)
     if diffs:
         print(f"{sum(map(len, diffs.values()))} of {len(own)} configurations are in the map; largest relative "
               "difference in the median ratio: " + ", ".join(f"{k} {max(v):.2e}" for k, v in diffs.items()))
