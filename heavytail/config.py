@@ -71,6 +71,9 @@ class RunConfig:
     eval_n_points: int = 16_384
     bootstrap_resamples: int = 2000
     hill_phi: float = 0.1
+    # Also score the model at its training N (besides eval_n_points), so a study that varies N can compare
+    # runs at one common N and each at the N it was trained on (results.json's "at_train_n").
+    eval_at_train_n: bool = False
     # A trial's output has collapsed when, on some axis, its interquartile range is below this
     # fraction of the target's (App. I shows collapsed outputs concentrated near one location).
     collapse_spread: float = 0.05  # our threshold; the paper gives no number

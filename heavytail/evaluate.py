@@ -116,36 +116,23 @@ def sampling_floor_pool(cfg: RunConfig, cache_dir: str | Path | None = None, qui
 
 
 # ---------------------------------------------------------------------------------- evaluate
-@torch.no_grad()
-def evaluate(
-    run_dir: str | Path,
-    *,
-    floor_cache: str | Path | None = None,
-    quiet: bool = False,
-    save: bool = True,
-    device: str | torch.device = "cpu",
-) -> dict[str, Any]:
-    """Evaluate the completed run in ``run_dir``; writes ``results.json`` there and returns it."""
+def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = True) -> dict[str, Any]:
+    """One pass of the candidate trials at ``cfg.eval_n_points``: per-trial energy distances d_i (eq. 11),
+    spread ratios (the collapse criterion) and, with ``hill``, the Hill estimates of App. J.1."""
     from .attention import recording_backends
-    from .metrics import energy_distance, ratio_interval
-
-    run_dir = Path(run_dir)
-    model, cfg = load_model(run_dir, device)
-    floor_cache = Path(floor_cache) if floor_cache is not None else run_dir.parent / "_floors"
-    pool = sampling_floor_pool(cfg, floor_cache, quiet=quiet)
+    from .metrics import energy_distance
 
     bench = build_benchmark(cfg)
     gen = _generator(cfg.seed, _CANDIDATE_STREAM)
     trials = bench.sample_trials(cfg.eval_trials, generator=gen)
     seeds = _stream_seeds(cfg.eval_trials, gen, 2)
     d, spread, hill_out, hill_y1, curve_out, curve_y1 = [], [], [], [], [], []
-    dev = torch.device(device)
     with float32_matmuls(cfg, dev), recording_backends() as backends:
         runtime = precision_record(dev, None)  # evaluation runs without autocast (Table 3)
         for lo in tqdm(range(0, cfg.eval_trials, cfg.eval_batch_trials), disable=quiet, desc="evaluate"):
             part, hi = trials[lo : lo + cfg.eval_batch_trials], lo + cfg.eval_batch_trials
-            x = _ensembles(bench.sample_inputs, part, seeds[lo:hi, 0], cfg.eval_n_points).to(device)
-            y1 = _ensembles(bench.sample_targets, part, seeds[lo:hi, 1], cfg.eval_n_points).to(device)
+            x = _ensembles(bench.sample_inputs, part, seeds[lo:hi, 0], cfg.eval_n_points).to(dev)
+            y1 = _ensembles(bench.sample_targets, part, seeds[lo:hi, 1], cfg.eval_n_points).to(dev)
             out = model(x).float()  # float32, no autocast (Table 3: evaluation precision)
             finite = torch.isfinite(out).all(dim=(-1, -2))
             # A diverged trial scores +inf (and NaN Hill estimates) rather than stopping the others.
@@ -154,7 +141,7 @@ def evaluate(
                 dist[finite.cpu()] = energy_distance(out[finite], y1[finite], p=cfg.loss_p).double().cpu()
             d.append(dist)
             spread.append(spread_ratio(out, y1).cpu())
-            if cfg.marginals == "mirrored_pareto":
+            if hill and cfg.marginals == "mirrored_pareto":
                 z_out, z_y1 = _latent(out, part.output_to_latent), _latent(y1, part.output_to_latent)
                 h_out = torch.full((len(part), 2), math.nan, dtype=torch.float64)
                 c_out = torch.full((len(HILL_CURVE_PHIS), len(part), 2), math.nan, dtype=torch.float64)
@@ -166,6 +153,32 @@ def evaluate(
                 hill_y1.append(_hill(z_y1, cfg.hill_k).cpu())
                 curve_y1.append(_hill_curve(z_y1, cfg.eval_n_points).cpu())
 
+    return {"trials": trials, "runtime": runtime, "backends": backends, "d": d, "spread": spread,
+            "hill_out": hill_out, "hill_y1": hill_y1, "curve_out": curve_out, "curve_y1": curve_y1}
+
+
+@torch.no_grad()
+def evaluate(
+    run_dir: str | Path,
+    *,
+    floor_cache: str | Path | None = None,
+    quiet: bool = False,
+    save: bool = True,
+    device: str | torch.device = "cpu",
+) -> dict[str, Any]:
+    """Evaluate the completed run in ``run_dir``; writes ``results.json`` there and returns it."""
+    from .provenance import record as provenance_record
+
+    run_dir = Path(run_dir)
+    model, cfg = load_model(run_dir, device)
+    floor_cache = Path(floor_cache) if floor_cache is not None else run_dir.parent / "_floors"
+    pool = sampling_floor_pool(cfg, floor_cache, quiet=quiet)
+
+    dev = torch.device(device)
+    scored = _score(model, cfg, dev, quiet)
+    trials, runtime, backends = scored["trials"], scored["runtime"], scored["backends"]
+    d, spread = scored["d"], scored["spread"]
+    hill_out, hill_y1, curve_out, curve_y1 = (scored[k] for k in ("hill_out", "hill_y1", "curve_out", "curve_y1"))
     d_all = torch.cat(d).numpy()
     d_hat = np.asarray(pool["d_hat"], dtype=np.float64)
     spread_all = torch.cat(spread)
@@ -188,17 +201,11 @@ def evaluate(
     summary_path = RunDir(run_dir).train_summary_path
     trained = load_json(summary_path).get("runtime") if summary_path.exists() else None
     results["runtime"] = {"evaluation": runtime, "training": trained}
-    for stat in ("median", "mean"):
-        interval = ratio_interval(d_all, d_hat, statistic=stat, n_resamples=cfg.bootstrap_resamples, seed=cfg.seed)
-        summary = getattr(np, stat)
-        results["energy"][stat] = {
-            "ratio": interval.ratio,
-            "low": interval.low,
-            "high": interval.high,
-            "bold": interval.bold,
-            "candidate": float(summary(d_all)),
-            "floor": float(summary(d_hat)),
-        }
+    results["energy"].update(_ratios(d_all, d_hat, cfg))
+    if cfg.eval_at_train_n and cfg.n_points != cfg.eval_n_points:
+        results["at_train_n"] = _at_n(model, cfg, cfg.n_points, floor_cache, dev, quiet)
+    results["provenance"] = {"training": load_json(summary_path).get("provenance") if summary_path.exists() else None,
+                             "evaluation": provenance_record()}
 
     if cfg.marginals == "mirrored_pareto":
         h_out, h_y1 = torch.cat(hill_out), torch.cat(hill_y1)
@@ -231,6 +238,29 @@ def evaluate(
     if save:
         save_json(results, RunDir(run_dir).results_path)
     return results
+
+
+def _ratios(d_all: np.ndarray, d_hat: np.ndarray, cfg: RunConfig) -> dict[str, dict[str, Any]]:
+    """Median and mean ratios S(d)/S(d_hat) of eq. 36 with eq. 37's bootstrap interval and the bold rule."""
+    from .metrics import ratio_interval
+
+    out = {}
+    for stat in ("median", "mean"):
+        interval = ratio_interval(d_all, d_hat, statistic=stat, n_resamples=cfg.bootstrap_resamples, seed=cfg.seed)
+        out[stat] = {"ratio": interval.ratio, "low": interval.low, "high": interval.high, "bold": interval.bold,
+                     "candidate": float(getattr(np, stat)(d_all)), "floor": float(getattr(np, stat)(d_hat))}
+    return out
+
+
+def _at_n(model, cfg: RunConfig, n: int, floor_cache: Path, dev: torch.device, quiet: bool) -> dict[str, Any]:
+    """The same model scored at another ensemble size ``n`` (its own floor pool): the eq. 36 ratios and the
+    collapsed fraction of trials, without Hill diagnostics."""
+    at = cfg.replace(eval_n_points=n)
+    pool = sampling_floor_pool(at, floor_cache, quiet=quiet)
+    scored = _score(model, at, dev, quiet, hill=False)
+    fraction = float(collapsed(torch.cat(scored["spread"]), cfg.collapse_spread).double().mean())
+    return {"n_points": n, "collapse": {"label": run_label(fraction), "fraction": fraction},
+            **_ratios(torch.cat(scored["d"]).numpy(), np.asarray(pool["d_hat"], dtype=np.float64), at)}
 
 
 def _discrepancy(e: torch.Tensor, e_hat: torch.Tensor) -> float:

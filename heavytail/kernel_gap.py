@@ -118,6 +118,10 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
         "mean": {k: energy["mean"][k] for k in ("ratio", "low", "high", "bold")},
         "collapse": {"label": results["collapse"]["label"], "fraction": results["collapse"]["fraction"],
                      "onset": collapse_onset(log)},
+        "at_train_n": {k: v for k, v in results.get("at_train_n", {}).items() if k in ("n_points", "collapse")}
+        | {stat: {k: results["at_train_n"][stat][k] for k in ("ratio", "low", "high", "bold")}
+           for stat in ("median", "mean") if stat in results.get("at_train_n", {})},
+        "provenance": (results.get("provenance") or {}).get("training"),
         "skipped_steps": skipped,
         "train_seconds": log[-1]["seconds"] if log else math.nan,
         "blocks": blocks,

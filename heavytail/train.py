@@ -272,6 +272,12 @@ def train(
     atomic_write_text(log_path, "".join(dumps_json(row) + "\n" for row in kept))
 
     end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
+    # Who trained which steps: one provenance entry per call that trains (a resumed run has several), kept
+    # in the checkpoint and written to train_summary.json, so a shipped map never relies on a typed commit.
+    if end > start:
+        from .provenance import record as provenance_record  # noqa: PLC0415
+
+        counters["provenance"] = [*counters.get("provenance", []), {**provenance_record(), "from_step": start + 1}]
     model.train()
     bar = tqdm(total=cfg.steps, initial=start, disable=quiet, desc=cfg.name, unit="step", dynamic_ncols=True)
     t0 = time.perf_counter()
@@ -328,7 +334,8 @@ def train(
     _save_checkpoint(run_dir, end, model, optimizer, scheduler, data_gen, counters)
     runtime["attention_backend"] = backend_label(backends)
     runtime["attention"] = dict(backends)
-    save_json({"steps": cfg.steps, "skipped": counters["skipped"], "name": cfg.name, "runtime": runtime},
+    save_json({"steps": cfg.steps, "skipped": counters["skipped"], "name": cfg.name, "runtime": runtime,
+               "provenance": counters.get("provenance", [])},
               RunDir(run_dir).train_summary_path)
     # Last, and only now: the marker that says every file above is in place.
     atomic_write_text(RunDir(run_dir).complete_path, f"{cfg.name}\n")
