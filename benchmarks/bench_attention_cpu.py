@@ -44,7 +44,7 @@ def run_point(n: int, d: int, kernel: str, backend: str, reps: int, threads: int
     import torch
     import torch.nn.functional as F
 
-    from heavytail.attention import kernel_attention
+    from heavytail.science.attention import kernel_attention
 
     if threads:
         torch.set_num_threads(threads)

@@ -1,4 +1,4 @@
-"""Benchmark: energy distance value + gradient (eq. 10), heavytail.metrics vs a naive torch.cdist autograd baseline.
+"""Benchmark: energy distance value + gradient (eq. 10), heavytail.science.metrics vs a naive torch.cdist autograd baseline.
 
 2D float32 point sets from a mirrored-Pareto-like law (index 1.5), N in {1024, 4096, 16384, 65536},
 batch 1 and 8. Every (method, N, batch) point runs in a fresh subprocess, so its peak RSS
@@ -53,7 +53,7 @@ def naive(u, v):
 def child(method: str, n: int, batch: int, reps: int) -> dict:
     import torch
 
-    from heavytail.metrics import energy_distance
+    from heavytail.science.metrics import energy_distance
 
     fn = energy_distance if method == "ours" else naive
     rss_import = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB

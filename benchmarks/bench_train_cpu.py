@@ -1,7 +1,7 @@
 """CPU training throughput per kernel at the report's CPU sizes.
 
 Times whole training steps (data draw, forward, energy-distance loss, backward, clip, AdamW) with the
-same functions ``heavytail.train`` uses, for each attention kernel, and prints steps per second with
+same functions ``heavytail.harness.train`` uses, for each attention kernel, and prints steps per second with
 the ratio to softmax measured in the same run. Sizes default to the ``base`` of params/grid_cpu.yaml
 so the number describes the report's own grid; override with --set key=value.
 
@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 import yaml
 
-from heavytail.config import KERNELS, RunConfig
-from heavytail.metrics import energy_distance
-from heavytail.train import build_benchmark, build_model, build_optimizer, draw_batch, parse_overrides, training_step
+from heavytail.harness.config import KERNELS, RunConfig
+from heavytail.science.metrics import energy_distance
+from heavytail.harness.train import build_benchmark, build_model, build_optimizer, draw_batch, parse_overrides, training_step
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -43,10 +43,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from heavytail.attention import kernel_attention, recording_backends  # noqa: E402
-from heavytail.config import KERNELS, RunConfig  # noqa: E402
+from heavytail.science.attention import kernel_attention, recording_backends  # noqa: E402
+from heavytail.harness.config import KERNELS, RunConfig  # noqa: E402
 from heavytail.io import save_json  # noqa: E402  (strict JSON: inf and NaN round-trip)
-from heavytail.kernels import KERNEL_NAMES  # noqa: E402
+from heavytail.science.kernels import KERNEL_NAMES  # noqa: E402
 
 # A score row below -104 for every key: e^s underflows in float32, the literal g / sum g of eq. 7 is 0/0.
 NEGATIVE_ROW_SCORE = -300.0
@@ -188,8 +188,8 @@ def check_attention(sizes: Sizes, device: torch.device, budget: Budget, kernels=
 
 
 def check_energy(sizes: Sizes, device: torch.device) -> dict:
-    import heavytail.energy as energy
-    from heavytail.energy import energy_distance
+    import heavytail.science.energy as energy
+    from heavytail.science.energy import energy_distance
 
     gen = torch.Generator().manual_seed(1)
     shape = (sizes.energy_batch, sizes.energy_n, 2)
@@ -233,8 +233,8 @@ def _run_config(sizes: Sizes, device: torch.device, **changes) -> RunConfig:
 
 
 def check_step(sizes: Sizes, device: torch.device, budget: Budget, kernels=KERNELS) -> list[dict]:
-    from heavytail.metrics import energy_distance
-    from heavytail.train import build_benchmark, build_model, build_optimizer, draw_batch, float32_matmuls, training_step
+    from heavytail.science.metrics import energy_distance
+    from heavytail.harness.train import build_benchmark, build_model, build_optimizer, draw_batch, float32_matmuls, training_step
 
     rows = []
     for precision, tf32 in PRECISIONS:
@@ -301,10 +301,10 @@ PROBE_VARIANTS = (
 
 
 def check_probe(sizes: Sizes, device: torch.device, budget: Budget) -> list[dict]:
-    from heavytail.collapse import collapsed, spread_ratio
-    from heavytail.metrics import energy_distance
-    from heavytail.model import MeasureTransformer, ModelConfig
-    from heavytail.train import build_benchmark, build_optimizer, draw_batch, float32_matmuls, training_step
+    from heavytail.science.collapse import collapsed, spread_ratio
+    from heavytail.science.metrics import energy_distance
+    from heavytail.science.model import MeasureTransformer, ModelConfig
+    from heavytail.harness.train import build_benchmark, build_optimizer, draw_batch, float32_matmuls, training_step
 
     rows = []
     share = budget.seconds / len(PROBE_VARIANTS)

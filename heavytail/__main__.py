@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 
 _COMMANDS = {
-    "train": ("heavytail.train", "Train one configuration (resumes an existing run folder)."),
-    "evaluate": ("heavytail.evaluate", "Evaluate a finished run: 128-trial ratios, floors, Hill diagnostics."),
+    "train": ("heavytail.harness.train", "Train one configuration (resumes an existing run folder)."),
+    "evaluate": ("heavytail.harness.evaluate", "Evaluate a finished run: 128-trial ratios, floors, Hill diagnostics."),
     "report": ("heavytail.pipeline.report", "Execute the notebooks with papermill and render the HTML report."),
     "grid": ("heavytail.pipeline.grid", "Run every configuration of a grid file (local workers or SLURM)."),
 }

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 
-# A run folder is finished only when this marker exists; it is written last (heavytail.train).
+# A run folder is finished only when this marker exists; it is written last (heavytail.harness.train).
 COMPLETE = "COMPLETE"
 
 

@@ -1,9 +1,9 @@
 """Every name the package, the grid files and the notebooks share, with its display label and colour.
 
-One list, read by :mod:`heavytail.config` (allowed values), :mod:`heavytail.summary` and
-:mod:`heavytail.summary_plots` (labels, table order, the one colour map) and the notebooks. It imports nothing
+One list, read by :mod:`heavytail.harness.config` (allowed values), :mod:`heavytail.studies.summary` and
+:mod:`heavytail.studies.summary_plots` (labels, table order, the one colour map) and the notebooks. It imports nothing
 heavy (no torch), so the report runner and the figure notebooks can read it cheaply. The kernel registry
-(:mod:`heavytail.kernels`) checks at import that it defines exactly :data:`KERNELS`, with the growth
+(:mod:`heavytail.science.kernels`) checks at import that it defines exactly :data:`KERNELS`, with the growth
 given here; adding a kernel therefore means adding its functions to the registry and its row here.
 """
 
@@ -30,7 +30,7 @@ GROWTH_ORDER = {"exponential": math.inf, "quadratic": 2.0, "linear": 1.0, "logar
 KERNEL_COLORS = {"softmax": "tab:red", "squared_elu": "tab:purple", "linear_elu": "tab:green", "log_elu": "tab:blue"}
 
 # --------------------------------------------------------------------------------------- backends
-# How attention is computed (heavytail.attention): auto picks per device; dense materialises the N x N
+# How attention is computed (heavytail.science.attention): auto picks per device; dense materialises the N x N
 # weights; tiled is exact float32 log-space attention through autograd; flash is the hand-written
 # flash-style backward; flex is torch's flex_attention; sdpa is torch's fused softmax (softmax only).
 BACKENDS = ("auto", "dense", "tiled", "flash", "flex", "sdpa")

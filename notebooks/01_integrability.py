@@ -44,12 +44,12 @@ import scipy.stats
 import torch
 from IPython.display import Markdown, display
 
-from heavytail.distributions import MirroredPareto, Pareto, ShiftedGaussian
-from heavytail.integrability import (DRIFT_THRESHOLD_DECADES, drift_findings, drift_rows, gaussian_softmax_log_normalizer,
+from heavytail.science.distributions import MirroredPareto, Pareto, ShiftedGaussian
+from heavytail.studies.integrability import (DRIFT_THRESHOLD_DECADES, drift_findings, drift_rows, gaussian_softmax_log_normalizer,
                                      running_log_normalizer, symlog_pareto_sf, symlog_tail_rejected)
-from heavytail.kernels import KERNEL_NAMES, get_kernel
-from heavytail.artifacts import artifacts, repo_root
-from heavytail.transforms import symlog
+from heavytail.science.kernels import KERNEL_NAMES, get_kernel
+from heavytail.harness.artifacts import artifacts, repo_root
+from heavytail.science.transforms import symlog
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; all paths below are from the repo root
 art = artifacts("01_integrability", report=report, output_root=output_root)

@@ -42,9 +42,9 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
 
-from heavytail.distributions import SplicedPareto
-from heavytail.artifacts import artifacts, repo_root
-from heavytail.testbed import (SWEEP_STATISTICS, SweepConfig, curves_table, sweep_findings, sweep_hill_k, noise_unit_curves,
+from heavytail.science.distributions import SplicedPareto
+from heavytail.harness.artifacts import artifacts, repo_root
+from heavytail.studies.testbed import (SWEEP_STATISTICS, SweepConfig, curves_table, sweep_findings, sweep_hill_k, noise_unit_curves,
                                run_sweep)
 
 os.chdir(repo_root())  # papermill runs in the caller's folder

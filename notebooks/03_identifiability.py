@@ -19,7 +19,7 @@
 # — M of the sheared swap (Prop. 4, eq. 27, including the shear edge c_y = 0) and B of the matrix inverse on
 # mirrored Pareto marginals (Prop. 5) — and, on Gaussian marginals, the matrix inverse is unidentifiable
 # (Prop. 6, built with H of eq. 29). The propositions are about laws; here the same arguments become sample
-# estimators (in `heavytail.identifiability`) whose error we watch shrink as the ensemble size N grows, and the
+# estimators (in `heavytail.studies.identifiability`) whose error we watch shrink as the ensemble size N grows, and the
 # counterexample is checked with the energy distance against its i.i.d. sampling floor (eq. 11).
 
 # %% tags=["parameters"]
@@ -45,11 +45,11 @@ import numpy as np
 import torch
 from IPython.display import Markdown, display
 
-from heavytail import identifiability as idf
-from heavytail.distributions import A_MIN, MirroredPareto, Pareto, ShiftedGaussian
-from heavytail.metrics import energy_distance
-from heavytail.operators import EXCHANGE, LOCATION, Benchmark, Trials, shear_matrix
-from heavytail.artifacts import artifacts, repo_root
+from heavytail.studies import identifiability as idf
+from heavytail.science.distributions import A_MIN, MirroredPareto, Pareto, ShiftedGaussian
+from heavytail.science.metrics import energy_distance
+from heavytail.science.operators import EXCHANGE, LOCATION, Benchmark, Trials, shear_matrix
+from heavytail.harness.artifacts import artifacts, repo_root
 
 os.chdir(repo_root())  # papermill runs in the caller's folder
 art = artifacts("03_identifiability", report=report, output_root=output_root)

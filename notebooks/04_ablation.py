@@ -26,7 +26,7 @@
 # `python -m heavytail grid` executes it once per configuration; the summary notebook collects the grid.
 
 # %% tags=["parameters"]
-# The run configuration: a mapping of RunConfig keys (heavytail.config); a key left out keeps RunConfig's
+# The run configuration: a mapping of RunConfig keys (heavytail.harness.config); a key left out keeps RunConfig's
 # default, which is the paper's Table 3 recipe. The grid passes the whole configuration of one grid cell;
 # None runs the quick CPU configuration of the next cell (one line here, so papermill can read the cell).
 config = None
@@ -46,14 +46,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from heavytail.ablation import figure5_trial, findings, transport_sample
-from heavytail.config import RunConfig
-from heavytail.artifacts import artifacts, repo_root
-from heavytail.rundir import RunDir
-from heavytail.experiment import default_run_dir, run_configuration
+from heavytail.studies.ablation import figure5_trial, findings, transport_sample
+from heavytail.harness.config import RunConfig
+from heavytail.harness.artifacts import artifacts, repo_root
+from heavytail.harness.rundir import RunDir
+from heavytail.harness.experiment import default_run_dir, run_configuration
 from heavytail.names import KERNEL_COLORS
-from heavytail.summary_plots import training_curve
-from heavytail.train import build_benchmark, load_model, resolve_device
+from heavytail.studies.summary_plots import training_curve
+from heavytail.harness.train import build_benchmark, load_model, resolve_device
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repository root
 if config is None:  # interactive use: a quick CPU run (minutes)
@@ -82,11 +82,11 @@ for key, (theirs, ours) in differ.items():
 #
 # Each step draws a fresh parameter instance per trial, an input ensemble and an independent target ensemble,
 # and minimizes the energy distance (eq. 4, 10). A run folder that holds a checkpoint resumes from it. The
-# configuration's unit of work (`heavytail.experiment.run_configuration`) then evaluates the finished run
+# configuration's unit of work (`heavytail.harness.experiment.run_configuration`) then evaluates the finished run
 # against the sampling floor, or reuses the evaluation already in the folder when it belongs to this run.
 
 # %%
-run = RunDir(run_dir)  # the run folder's layout and states (heavytail.rundir)
+run = RunDir(run_dir)  # the run folder's layout and states (heavytail.harness.rundir)
 state_before = {"complete": "already complete", "new": "starting fresh"}.get(
     run.state(), run.state().replace("resumable from", "resuming from"))
 print(f"training: {state_before}")

@@ -22,7 +22,7 @@
 # notes that softmax was trained through FlashAttention under bf16 autocast while the other kernels used
 # float32 attention: is collapse a property of the exponential kernel, or of the numerics it was trained
 # with? Flash-style backwards recompute the scores S and subtract a stored log-sum-exp, which loses every
-# digit when |S| is huge (see `heavytail.attention`). So we train softmax through that path and through
+# digit when |S| is huge (see `heavytail.science.attention`). So we train softmax through that path and through
 # float32 log-space attention with exact autograd gradients, on the same data, and compare.
 #
 # Figures 12 and 13 are drawn from the runs of the ablation grid (notebook 04, `python -m heavytail grid`);
@@ -48,13 +48,13 @@ import numpy as np
 import torch
 from IPython.display import Markdown, display
 
-from heavytail.artifacts import artifacts, repo_root
-from heavytail.collapse import (attention_gradient_error, attention_inputs, collapse_onset, concentrates, late_attention,
+from heavytail.harness.artifacts import artifacts, repo_root
+from heavytail.science.collapse import (attention_gradient_error, attention_inputs, collapse_onset, concentrates, late_attention,
                                 numerics_pair, numerics_verdict, rolling_median, spread_ratio)
 from heavytail.names import KERNEL_COLORS, variant_label
-from heavytail.summary import collect_runs, filter_runs
-from heavytail.summary_plots import training_curve
-from heavytail.train import build_benchmark, load_model, training_log
+from heavytail.studies.summary import collect_runs, filter_runs
+from heavytail.studies.summary_plots import training_curve
+from heavytail.harness.train import build_benchmark, load_model, training_log
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repo root
 art = artifacts("05_collapse", report=report, output_root=output_root)
@@ -66,7 +66,7 @@ print(f"artifacts -> {art.dir}")
 # The paper's Figure 13: per-step loss (faint) and its rolling median (heavy) for the four kernels on the
 # sheared swap with mirrored Pareto marginals, post-norm, with and without symlog. The dot marks the onset of
 # collapse read off the outputs (the first logged step from which most trials of the batch stay collapsed,
-# `heavytail.collapse.collapse_onset`).
+# `heavytail.science.collapse.collapse_onset`).
 
 # %%
 collected = collect_runs(grid_dir) if Path(grid_dir).exists() else None
@@ -216,7 +216,7 @@ art.save_figure(fig, "collapse_onset_diagnostics")
 # ## How accurate are the gradients on the model's own scores?
 #
 # We replay each block's attention of the trained softmax model on evaluation inputs and compare the
-# gradients of each backend with a float64 dense reference (`heavytail.collapse.attention_gradient_error`).
+# gradients of each backend with a float64 dense reference (`heavytail.science.collapse.attention_gradient_error`).
 
 # %%
 rows = []

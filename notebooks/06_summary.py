@@ -41,10 +41,10 @@ from pathlib import Path
 
 from IPython.display import HTML, Markdown, display
 
-from heavytail import kernel_gap
-from heavytail import summary as S
-from heavytail import summary_plots as P
-from heavytail.artifacts import artifacts, repo_root
+from heavytail.studies import kernel_gap
+from heavytail.studies import summary as S
+from heavytail.studies import summary_plots as P
+from heavytail.harness.artifacts import artifacts, repo_root
 
 root = repo_root()
 grid_path = Path(grid_dir) if Path(grid_dir).is_absolute() else root / grid_dir

@@ -43,11 +43,11 @@ from pathlib import Path
 
 from IPython.display import HTML, Markdown, display
 
-from heavytail import kernel_gap as G
-from heavytail import kernel_gap_plots as KP
-from heavytail import summary as S
-from heavytail.artifacts import artifacts, repo_root
-from heavytail.config import RunConfig
+from heavytail.studies import kernel_gap as G
+from heavytail.studies import kernel_gap_plots as KP
+from heavytail.studies import summary as S
+from heavytail.harness.artifacts import artifacts, repo_root
+from heavytail.harness.config import RunConfig
 
 root = repo_root()
 art = artifacts("07_kernel_gap", report=report, output_root=output_root)
@@ -154,7 +154,7 @@ display(Markdown("**Skipped steps, all runs and seeds:** " + ", ".join(f"{k}: {v
 # At the largest N of the map: the loss, block 0's largest |S|, its attention entropy relative to log N
 # (1 = uniform, 0 = one point), its largest weight per query row, the spectral norm of W_Q W_K^T / sqrt(d)
 # and block 0's gradient norm, at every logged step of every seed; a cross marks where a run's training
-# batch collapsed for good (most trials' output spread below the threshold of heavytail.collapse).
+# batch collapsed for good (most trials' output spread below the threshold of heavytail.science.collapse).
 
 # %%
 n_big = max(G.sizes(cs)) if cs else None
@@ -174,7 +174,7 @@ if n_big:
 # %% [markdown]
 # ## Findings
 #
-# Each claim is decided by code (`heavytail.kernel_gap`) from this report's own runs; the second table
+# Each claim is decided by code (`heavytail.studies.kernel_gap`) from this report's own runs; the second table
 # decides the same claims on the full map. A claim needs at least three seeds per cell it uses.
 
 # %%

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from heavytail.artifacts import repo_root
-from heavytail.config import RunConfig
+from heavytail.harness.artifacts import repo_root
+from heavytail.harness.config import RunConfig
 
 TINY = dict(
     d_model=16, n_blocks=1, d_ff=32, n_points=64, trials_per_step=4, steps=12, warmup_steps=2,

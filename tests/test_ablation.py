@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from heavytail.ablation import figure5_trial, findings, transport_sample
-from heavytail.config import RunConfig
-from heavytail.operators import EXCHANGE, Benchmark
+from heavytail.studies.ablation import figure5_trial, findings, transport_sample
+from heavytail.harness.config import RunConfig
+from heavytail.science.operators import EXCHANGE, Benchmark
 
 
 def test_figure5_sheared_swap_is_the_coordinate_exchange():

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from heavytail.artifacts import repo_root
+from heavytail.harness.artifacts import repo_root
 
 ROOT = repo_root(Path(__file__).parent)
 PACKAGE = ROOT / "heavytail"
@@ -70,17 +70,39 @@ def test_the_import_graph_has_no_cycle():
             visit(node)
 
 
+# The layers, bottom first: a module may import its own layer and any layer below, never one above.
+LAYERS = ("science", "harness", "studies", "pipeline")
+BOTTOM = {"heavytail.names", "heavytail.io", "heavytail.cli"}
+
+
+def _layer(module: str) -> int:
+    if module in BOTTOM:
+        return -1
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else len(LAYERS)
+
+
 def test_layers_import_downward_only():
     graph = _graph()
-    pipeline = {m for m in graph if m.startswith("heavytail.pipeline")}
+    placed = [m for m in graph if m not in ("heavytail", "heavytail.__main__")]
+    assert all(_layer(m) < len(LAYERS) for m in placed), \
+        f"modules outside the layers: {sorted(m for m in placed if _layer(m) == len(LAYERS))}"
     for name, deps in graph.items():
-        if name not in pipeline and name != "heavytail.__main__":
-            assert not deps & pipeline, f"{name} imports the pipeline ({sorted(deps & pipeline)}); it must not"
+        if name in ("heavytail", "heavytail.__main__"):
+            continue
+        above = sorted(d for d in deps if _layer(d) > _layer(name))
+        assert not above, f"{name} (layer {_layer(name)}) imports a layer above it: {above}"
     # within the pipeline: report -> grid -> notebook execution, never back up
     assert "heavytail.pipeline.report" not in graph["heavytail.pipeline.grid"]
     assert not {"heavytail.pipeline.report", "heavytail.pipeline.grid"} & graph["heavytail.pipeline.notebook"]
     # the names module is the bottom of the package: it reads nothing else
     assert graph["heavytail.names"] == set()
+
+
+def test_the_layer_check_can_fail():
+    # a science module importing the harness is the kind of edge the rule must catch
+    assert _layer("heavytail.harness.config") > _layer("heavytail.science.kernels")
+    assert _layer("heavytail.pipeline.grid") > _layer("heavytail.studies.summary") > _layer("heavytail.harness.train")
 
 
 def _notebook_imports() -> list[str]:
@@ -98,7 +120,7 @@ def _notebook_imports() -> list[str]:
 
 def test_what_notebooks_import_needs_no_papermill_submitit_or_jupyter():
     modules = _notebook_imports()
-    assert "heavytail.artifacts" in modules and "heavytail.names" in modules
+    assert "heavytail.harness.artifacts" in modules and "heavytail.names" in modules
     code = ("import importlib, json, sys\n"
             f"for m in {modules!r}: importlib.import_module(m)\n"
             f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {BATCH!r})))\n")

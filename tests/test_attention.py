@@ -11,9 +11,9 @@ import math
 import pytest
 import torch
 
-from heavytail import attention
-from heavytail.attention import BACKENDS, kernel_attention, select_backend
-from heavytail.kernels import KERNEL_NAMES, get_kernel
+from heavytail.science import attention
+from heavytail.science.attention import BACKENDS, kernel_attention, select_backend
+from heavytail.science.kernels import KERNEL_NAMES, get_kernel
 
 # float32 eps = 1.2e-7; eq. 7 outputs are convex combinations of O(1) values, so forward errors
 # are a few eps times the row's condition (scores here are O(10)); 1e-5 leaves ~100 eps.
@@ -105,7 +105,7 @@ def _mirrored_pareto(shape, a, g):
 def test_heavy_tail_gradients():
     """Pareto(1.1) tokens, d = 256, N = 1024: |S| reaches ~2e7 (float32 spacing there is 2).
 
-    Records the finding documented in heavytail.attention: for softmax, backwards that recompute
+    Records the finding documented in heavytail.science.attention: for softmax, backwards that recompute
     S and subtract a stored log-sum-exp ("flash" here, SDPA) return gradients wrong by more than
     their own size, while the autograd backends that keep the weights (dense, tiled) stay within
     ~1e-2; for the ELU kernels every backend is accurate. If a torch release fixes SDPA the
@@ -226,7 +226,7 @@ def test_auto_falls_back_in_order_records_and_logs_once(monkeypatch, caplog, fai
     q, k, v = (t.float().requires_grad_() for t in _inputs((1, 1, 40, 16)))
     ref = kernel_attention(q, k, v, "log_elu", backend="dense")
     calls = _cuda_chain_on_cpu(monkeypatch, failing)
-    with attention.recording_backends() as record, caplog.at_level("INFO", logger="heavytail.attention"):
+    with attention.recording_backends() as record, caplog.at_level("INFO", logger="heavytail.science.attention"):
         out = kernel_attention(q, k, v, "log_elu")
         out2 = kernel_attention(q, k, v, "log_elu")  # decided once: no second search, no second log line
     order = [c.label for c in attention.auto_candidates("log_elu", "cpu", torch.float32)]
@@ -237,7 +237,7 @@ def test_auto_falls_back_in_order_records_and_logs_once(monkeypatch, caplog, fai
     entry = record["log_elu cpu float32 train"]
     assert entry["backend"] == expected
     assert "flex failed (RuntimeError: No valid triton configs" in entry["reason"]
-    messages = [r.getMessage() for r in caplog.records if r.name == "heavytail.attention"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "heavytail.science.attention"]
     assert len(messages) == 1 and f": {expected} (" in messages[0] and "flex failed" in messages[0]
     assert caplog.records[-1].levelname == "WARNING"  # a fallback is worth seeing
     grads = torch.autograd.grad(out, [q, k, v], torch.ones_like(out))  # the chosen backend trains

@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlparse
 import nbformat
 import pytest
 
-from heavytail.artifacts import repo_root
+from heavytail.harness.artifacts import repo_root
 from heavytail.pipeline.landing import figures_of
 from heavytail.pipeline.notebook import NotebookResult
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from heavytail.config import RunConfig
+from heavytail.harness.config import RunConfig
 
 
 def test_defaults_are_table_3():
@@ -73,7 +73,7 @@ def test_every_configuration_that_validates_builds_its_model():
     before it runs never fails later inside a notebook cell."""
     import itertools
 
-    from heavytail.model import ModelConfig
+    from heavytail.science.model import ModelConfig
     from heavytail.names import BACKENDS, KERNELS, NORMS
 
     accepted = 0
@@ -91,7 +91,7 @@ def test_every_configuration_that_validates_builds_its_model():
 
 
 def test_the_docstring_and_not_table3_name_every_default_that_is_not_the_papers():
-    from heavytail import config
+    from heavytail.harness import config
 
     assert set(config.NOT_TABLE3) == {"precision", "warmup_steps", "collapse_spread"}
     assert RunConfig().precision == "float32" and config.NOT_TABLE3["precision"].startswith("bf16")

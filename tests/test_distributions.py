@@ -1,4 +1,4 @@
-"""Checks of heavytail.distributions against scipy.stats and the paper's formulas (eqs. 5, 6, 18-20, 31).
+"""Checks of heavytail.science.distributions against scipy.stats and the paper's formulas (eqs. 5, 6, 18-20, 31).
 
 Statistical tests use fixed seeds and a per-test level ALPHA = 1e-3 (binomial or KS p-values), so a
 correct sampler fails a given test with probability 1e-3 over seeds; every KS test is paired with a
@@ -14,7 +14,7 @@ import pytest
 import torch
 from scipy import stats
 
-from heavytail.distributions import (
+from heavytail.science.distributions import (
     A_MIN, FLOAT32_EPS, MirroredPareto, Pareto, ShiftedGaussian, SplicedPareto, mirrored_pareto_transport,
 )
 

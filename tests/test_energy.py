@@ -1,7 +1,7 @@
-"""Checks of heavytail.energy: eq. 10 against peers (dcor, scipy), a float64 dense reference, gradcheck,
+"""Checks of heavytail.science.energy: eq. 10 against peers (dcor, scipy), a float64 dense reference, gradcheck,
 broadcasting, the heavy-tail cancellation case (a small difference of huge means), and eq. 34 by Monte Carlo.
 
-Samples are drawn here with torch directly (not heavytail.distributions) so the metric is tested on its
+Samples are drawn here with torch directly (not heavytail.science.distributions) so the metric is tested on its
 own. Statistical checks use fixed seeds and 4-standard-error tolerances from the number of repetitions.
 """
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 from scipy import stats
 
-from heavytail.energy import energy_distance, energy_distance_1d
-from heavytail.metrics import energy_distance as reexported
+from heavytail.science.energy import energy_distance, energy_distance_1d
+from heavytail.science.metrics import energy_distance as reexported
 
 BACKENDS = ["compiled", "eager"]
 F32_EPS = torch.finfo(torch.float32).eps
@@ -253,7 +253,7 @@ def test_identical_sets_give_zero_and_float32_default():
 
 
 def test_empty_batch_and_compile_failure_fallback(monkeypatch):
-    import heavytail.energy as energy
+    import heavytail.science.energy as energy
 
     assert energy_distance(torch.zeros(0, 5, 2), torch.zeros(0, 4, 2)).shape == (0,)
     u, v = torch.randn(30, 2, generator=gen(13)), torch.randn(20, 2, generator=gen(14))
@@ -276,7 +276,7 @@ def test_cuda_selection_and_triton_failure_fallback(monkeypatch):
     eager tiles where it does not or where a Triton kernel was refused once (shared memory)."""
     import torch.utils._triton as triton_utils
 
-    import heavytail.energy as energy
+    import heavytail.science.energy as energy
 
     cuda = torch.device("cuda")
     monkeypatch.setattr(energy, "_compile_failed", {})

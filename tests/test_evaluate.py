@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-import heavytail.evaluate as evaluate_mod
-from heavytail.collapse import collapsed, spread_ratio
-from heavytail.evaluate import evaluate, load_results
+import heavytail.harness.evaluate as evaluate_mod
+from heavytail.science.collapse import collapsed, spread_ratio
+from heavytail.harness.evaluate import evaluate, load_results
 from heavytail.io import load_json, save_json
-from heavytail.train import load_model, train
+from heavytail.harness.train import load_model, train
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from heavytail.config import RunConfig
+    from heavytail.harness.config import RunConfig
     from tests.conftest import TINY
 
     root = tmp_path_factory.mktemp("runs")
@@ -92,7 +92,7 @@ def test_non_finite_results_round_trip(tmp_path):
 
 
 def test_collapse_onset_is_the_start_of_the_final_collapsed_stretch():
-    from heavytail.collapse import collapse_onset
+    from heavytail.science.collapse import collapse_onset
 
     log = [{"step": s, "collapsed_fraction": f} for s, f in [(10, 0.0), (20, 0.9), (30, 0.1), (40, 0.6), (50, 1.0)]]
     assert collapse_onset(log) == 40
@@ -101,8 +101,8 @@ def test_collapse_onset_is_the_start_of_the_final_collapsed_stretch():
 
 
 def test_attention_gradient_error_replays_a_real_block():
-    from heavytail.collapse import attention_gradient_error, attention_inputs
-    from heavytail.model import MeasureTransformer, ModelConfig
+    from heavytail.science.collapse import attention_gradient_error, attention_inputs
+    from heavytail.science.model import MeasureTransformer, ModelConfig
 
     torch.manual_seed(0)
     model = MeasureTransformer(ModelConfig(d_model=16, n_blocks=2, d_ff=32, kernel="linear_elu", backend="dense"))
@@ -118,7 +118,7 @@ def test_results_do_not_depend_on_how_many_trials_share_a_forward_pass(tiny_run,
     """eval_batch_trials is memory, not results: every ensemble has its own stream."""
     import shutil
 
-    from heavytail.config import RunConfig
+    from heavytail.harness.config import RunConfig
 
     copy = tmp_path / "run"
     shutil.copytree(tiny_run, copy, ignore=shutil.ignore_patterns("results.json"))
@@ -149,7 +149,7 @@ def test_a_diverged_trial_scores_inf_without_stopping_the_hill_diagnostic(tiny_r
 def test_kernel_or_numerics_is_decided_from_configurations_not_labels():
     from types import SimpleNamespace
 
-    from heavytail.collapse import concentrates, late_attention, numerics_pair, numerics_verdict
+    from heavytail.science.collapse import concentrates, late_attention, numerics_pair, numerics_verdict
 
     def run(kernel, backend):
         return SimpleNamespace(config={"kernel": kernel, "attention_backend": backend})

@@ -1,8 +1,8 @@
 """A configuration's unit of work: train (or resume) and evaluate into its run folder, in one call."""
 
-from heavytail.experiment import run_configuration
+from heavytail.harness.experiment import run_configuration
 from heavytail.io import save_json
-from heavytail.train import train
+from heavytail.harness.train import train
 
 
 def test_one_call_trains_resumes_and_evaluates_and_reuses_a_current_evaluation(tmp_path, tiny_cfg):

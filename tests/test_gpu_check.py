@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from heavytail.config import KERNELS
+from heavytail.harness.config import KERNELS
 from heavytail.io import load_json
 
 ROOT = Path(__file__).resolve().parents[1]

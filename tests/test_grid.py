@@ -13,12 +13,12 @@ import jupytext
 import pytest
 import yaml
 
-from heavytail.ablation import findings
-from heavytail.config import RunConfig
-from heavytail.evaluate import load_results
+from heavytail.studies.ablation import findings
+from heavytail.harness.config import RunConfig
+from heavytail.harness.evaluate import load_results
 from heavytail.pipeline.grid import NOTEBOOK_EXTRAS, GridSpec, main, run_grid, slurm_executor
-from heavytail.artifacts import repo_root
-from heavytail.train import train, training_log
+from heavytail.harness.artifacts import repo_root
+from heavytail.harness.train import train, training_log
 
 from executed import train_cell
 

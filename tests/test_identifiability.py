@@ -13,8 +13,8 @@ import math
 import pytest
 import torch
 
-from heavytail import identifiability as idf
-from heavytail.operators import EXCHANGE, Benchmark, Trials, qud_matrix, shear_matrix
+from heavytail.studies import identifiability as idf
+from heavytail.science.operators import EXCHANGE, Benchmark, Trials, qud_matrix, shear_matrix
 
 N = 16384
 TOL = 8 / math.sqrt(N)

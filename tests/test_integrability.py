@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from heavytail.distributions import Pareto
-from heavytail.integrability import (DRIFT_THRESHOLD_DECADES, SYMLOG_KS_LEVEL, drift_findings, drift_rows,
+from heavytail.science.distributions import Pareto
+from heavytail.studies.integrability import (DRIFT_THRESHOLD_DECADES, SYMLOG_KS_LEVEL, drift_findings, drift_rows,
                                      gaussian_softmax_log_normalizer, running_log_normalizer, symlog_pareto_sf,
                                      symlog_tail_rejected)
-from heavytail.kernels import KERNEL_NAMES, get_kernel
+from heavytail.science.kernels import KERNEL_NAMES, get_kernel
 
 
 @pytest.mark.parametrize("name", KERNEL_NAMES)
@@ -135,7 +135,7 @@ def test_the_threshold_is_inclusive_for_settled_and_a_falling_kernel_is_neither(
 def test_real_running_normalizers_separate_softmax_from_log_elu():
     # 2^14 mirrored Pareto keys at indices (2.5, 1.5): softmax's running normalizer gains many decades over the
     # last six doublings (App. A); log-ELU's (q = 0) moves by less than the threshold. Fixed seed, deterministic.
-    from heavytail.distributions import MirroredPareto
+    from heavytail.science.distributions import MirroredPareto
 
     y = MirroredPareto(1.0, torch.tensor([2.5, 1.5], dtype=torch.float64)).sample(
         (3, 2**14, 2), generator=torch.Generator().manual_seed(0), dtype=torch.float64)

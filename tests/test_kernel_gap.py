@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from heavytail import kernel_gap as G
-from heavytail.config import RunConfig
+from heavytail.studies import kernel_gap as G
+from heavytail.harness.config import RunConfig
 from heavytail.pipeline.grid import GridSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,8 +70,8 @@ def test_softmax_collapse_is_decided_by_the_majority_of_seeds_of_one_cell():
 
 
 def test_run_summary_reads_a_real_run(tmp_path):
-    from heavytail.evaluate import evaluate
-    from heavytail.train import train
+    from heavytail.harness.evaluate import evaluate
+    from heavytail.harness.train import train
 
     cfg = RunConfig.from_dict(dict(kernel="softmax", attention_backend="sdpa", d_model=8, n_blocks=2, d_ff=16,
                                    n_points=64, trials_per_step=2, steps=6, warmup_steps=1, eval_trials=4,
@@ -107,7 +107,7 @@ def test_the_report_grid_is_a_subset_of_the_map():
 def test_the_shipped_map_matches_its_grid_file():
     shipped = G.load_map(ROOT / G.REFERENCE_MAP)
     if shipped is None:
-        pytest.fail(f"{G.REFERENCE_MAP} is missing: run the map grid and `python -m heavytail.kernel_gap ship`")
+        pytest.fail(f"{G.REFERENCE_MAP} is missing: run the map grid and `python -m heavytail.studies.kernel_gap ship`")
     assert (ROOT / G.REFERENCE_MAP).stat().st_size < 2 * 1024 * 1024
     full = _spec_configs(shipped["provenance"]["grid_file"])
     got = {r["name"]: RunConfig.from_dict(r["config"]) for r in shipped["runs"]}

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from heavytail.kernels import KERNEL_NAMES, get_kernel
+from heavytail.science.kernels import KERNEL_NAMES, get_kernel
 
-# Table 1, written out independently of heavytail.kernels (plain Python floats).
+# Table 1, written out independently of heavytail.science.kernels (plain Python floats).
 TABLE1 = {
     "softmax": (lambda s: math.exp(s), lambda s: math.exp(s), "exponential"),
     "squared_elu": (lambda s: (s + 1) ** 2, lambda s: math.exp(2 * s), "quadratic"),

@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 
-from heavytail.artifacts import repo_root
+from heavytail.harness.artifacts import repo_root
 from heavytail.pipeline import lock
 from heavytail.pipeline.grid import EXIT_LOCKED, GridSpec, _jobs, execute_configuration, main
 

@@ -1,4 +1,4 @@
-"""Checks of heavytail.metrics: Wasserstein-2, Hill (eq. 38) against exact Pareto theory, eq. 41, the
+"""Checks of heavytail.science.metrics: Wasserstein-2, Hill (eq. 38) against exact Pareto theory, eq. 41, the
 sampling floor (eq. 11), the bootstrap ratio interval (eqs. 36-37 and App. H.2's bold rule) and eq. 32.
 
 Statistical checks use fixed seeds and tolerances of 4 standard errors computed from the number of
@@ -12,8 +12,8 @@ import pytest
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from heavytail import metrics
-from heavytail.metrics import (
+from heavytail.science import metrics
+from heavytail.science.metrics import (
     hill_error_discrepancy,
     hill_estimate,
     hill_k,

@@ -6,8 +6,8 @@ import warnings
 import pytest
 import torch
 
-from heavytail.model import TABLE3_PARAMETERS, MeasureTransformer, ModelConfig, count_parameters
-from heavytail.transforms import SymexpOverflowWarning, symexp, symexp_limit, symlog
+from heavytail.science.model import TABLE3_PARAMETERS, MeasureTransformer, ModelConfig, count_parameters
+from heavytail.science.transforms import SymexpOverflowWarning, symexp, symexp_limit, symlog
 
 # Small model for behaviour tests; head dim 32 so compiled flash blocks are shared with test_attention.
 SMALL = dict(d_model=32, d_ff=64, n_blocks=2)

@@ -6,14 +6,16 @@ from heavytail import names
 
 
 def test_the_kernel_registry_agrees_with_the_names_module():
-    from heavytail.kernels import KERNEL_NAMES, KERNELS
+    from heavytail.science.kernels import KERNEL_NAMES, KERNELS
 
     assert KERNEL_NAMES == names.KERNELS
     assert {k: v.growth for k, v in KERNELS.items()} == names.KERNEL_GROWTH
 
 
 def test_backends_norms_and_tasks_are_read_from_the_names_module():
-    from heavytail import attention, config, model, summary, summary_plots
+    from heavytail.science import attention, model
+    from heavytail.harness import config
+    from heavytail.studies import summary, summary_plots
 
     assert tuple(attention.BACKENDS) == names.BACKENDS
     assert config.BACKENDS is names.BACKENDS and config.KERNELS is names.KERNELS

@@ -1,4 +1,4 @@
-"""Checks of heavytail.operators against App. D (eqs. 23-25), Section 3.2.1 and Prop. 6.
+"""Checks of heavytail.science.operators against App. D (eqs. 23-25), Section 3.2.1 and Prop. 6.
 
 Statistical tests use fixed seeds and level ALPHA = 1e-3 per family of tests, Bonferroni-corrected
 over the number of p-values in the family, with a power check where a test could pass vacuously.
@@ -12,8 +12,8 @@ import pytest
 import torch
 from scipy import stats
 
-from heavytail.distributions import A_MIN
-from heavytail.operators import (
+from heavytail.science.distributions import A_MIN
+from heavytail.science.operators import (
     ETA_RANGES, EXCHANGE, LOCATION, MARGINALS, OMEGA_T_RANGES, OPERATORS, Benchmark, Trials, qud_inverse,
     qud_matrix, shear_matrix,
 )

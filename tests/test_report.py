@@ -13,7 +13,7 @@ import jupytext
 import pytest
 import yaml
 
-from heavytail.artifacts import Artifacts, artifacts, repo_root
+from heavytail.harness.artifacts import Artifacts, artifacts, repo_root
 from heavytail.pipeline import report
 from heavytail.pipeline.report import ReportParams, run_report
 
@@ -52,7 +52,7 @@ report = "scratch"
 output_root = None
 
 # %%
-from heavytail.artifacts import artifacts
+from heavytail.harness.artifacts import artifacts
 art = artifacts("{name}", report=report, output_root=output_root)
 art.save_table("x.json", {{"x": x}})
 

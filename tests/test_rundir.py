@@ -2,9 +2,9 @@
 
 import yaml
 
-from heavytail.config import RunConfig
+from heavytail.harness.config import RunConfig
 from heavytail.io import save_json
-from heavytail.rundir import RunDir, find_run_dirs, same_run
+from heavytail.harness.rundir import RunDir, find_run_dirs, same_run
 
 CFG = RunConfig(d_model=8, n_blocks=1, d_ff=8, steps=4, warmup_steps=0, n_points=16, trials_per_step=2,
                 eval_trials=2, eval_n_points=16, bootstrap_resamples=10)

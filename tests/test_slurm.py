@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from heavytail.artifacts import repo_root
+from heavytail.harness.artifacts import repo_root
 from heavytail.pipeline.grid import GridSpec, main
 
 from executed import train_cell

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
-from heavytail import summary as S
-from heavytail.config import RunConfig
+from heavytail.studies import summary as S
+from heavytail.harness.config import RunConfig
 from heavytail.io import save_json
 
 SMALL = dict(d_model=16, n_blocks=1, d_ff=32, n_points=64, trials_per_step=4, steps=4, warmup_steps=1,
@@ -228,8 +228,8 @@ def test_collect_uses_finished_evaluated_runs_and_says_why_it_skipped_the_others
 @pytest.fixture(scope="module")
 def tiny_grid(tmp_path_factory):
     """Two tiny finished runs made by the real harness: softmax and linear ELU, post-norm, sheared swap."""
-    from heavytail.evaluate import evaluate
-    from heavytail.train import train
+    from heavytail.harness.evaluate import evaluate
+    from heavytail.harness.train import train
 
     grid = tmp_path_factory.mktemp("grid")
     for kernel in ("softmax", "linear_elu"):
@@ -240,7 +240,7 @@ def tiny_grid(tmp_path_factory):
 
 
 def test_the_summary_builds_its_tables_from_two_tiny_finished_runs(tiny_grid):
-    from heavytail.evaluate import load_results
+    from heavytail.harness.evaluate import load_results
 
     got = S.collect_runs(tiny_grid)
     assert len(got.runs) == 2 and not got.skipped
@@ -272,7 +272,7 @@ def test_the_summary_builds_its_tables_from_two_tiny_finished_runs(tiny_grid):
 def test_the_summary_notebook_runs_on_two_tiny_runs(tiny_grid, tmp_path):
     import csv
 
-    from heavytail.artifacts import repo_root
+    from heavytail.harness.artifacts import repo_root
     from heavytail.pipeline.notebook import run_notebook
 
     root = repo_root()

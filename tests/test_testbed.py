@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from heavytail.testbed import (COLUMNS, NoiseUnitCurve, SweepConfig, noise_unit_curves, run_sweep, sweep_cell,
+from heavytail.studies.testbed import (COLUMNS, NoiseUnitCurve, SweepConfig, noise_unit_curves, run_sweep, sweep_cell,
                                sweep_findings, sweep_hill_k)
 
 TINY = dict(budgets=(64, 128), repetitions=(3, 2), seams=(0.5, 0.9), a_grid=(1.0, 1.5, 2.2))

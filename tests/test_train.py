@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-import heavytail.metrics
-from heavytail.config import RunConfig
+import heavytail.science.metrics
+from heavytail.harness.config import RunConfig
 from heavytail.io import read_jsonl
-from heavytail.train import COMPLETE, is_complete, train, training_log
+from heavytail.harness.train import COMPLETE, is_complete, train, training_log
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def test_training_lowers_the_loss_on_the_gaussian_sheared_swap(tmp_path):
 
 
 def test_a_non_finite_step_is_skipped_and_counted(tmp_path, monkeypatch):
-    real = heavytail.metrics.energy_distance
+    real = heavytail.science.metrics.energy_distance
     calls = {"n": 0}
 
     def flaky(u, v, p=1.0, **kw):
@@ -44,7 +44,7 @@ def test_a_non_finite_step_is_skipped_and_counted(tmp_path, monkeypatch):
         value = real(u, v, p=p, **kw)
         return value * float("nan") if calls["n"] == 3 else value
 
-    monkeypatch.setattr(heavytail.metrics, "energy_distance", flaky)
+    monkeypatch.setattr(heavytail.science.metrics, "energy_distance", flaky)
     run = train(RunConfig.from_dict(TINY, steps=6), tmp_path / "run", quiet=True)
     log = {row["step"]: row for row in training_log(run)}
     assert log[3]["skipped"] and log[3]["n_skipped"] == 1 and not np.isfinite(log[3]["loss"])
@@ -54,7 +54,7 @@ def test_a_non_finite_step_is_skipped_and_counted(tmp_path, monkeypatch):
 
 
 def test_skip_can_be_turned_off(tmp_path, monkeypatch):
-    monkeypatch.setattr(heavytail.metrics, "energy_distance", lambda u, v, p=1.0, **kw: u.sum() * float("nan"))
+    monkeypatch.setattr(heavytail.science.metrics, "energy_distance", lambda u, v, p=1.0, **kw: u.sum() * float("nan"))
     with pytest.raises(FloatingPointError, match="step 1"):
         train(RunConfig.from_dict(TINY, steps=3, skip_nonfinite=False), tmp_path / "run", quiet=True)
 
@@ -113,7 +113,7 @@ def test_a_killed_run_resumes_to_bitwise_the_same_weights(tmp_path):
 
 
 def test_a_run_records_its_attention_backend_and_matmul_precision(tmp_path):
-    from heavytail.evaluate import evaluate
+    from heavytail.harness.evaluate import evaluate
     from heavytail.io import load_json
 
     cfg = RunConfig.from_dict(TINY, steps=3, kernel="log_elu", attention_backend="auto", precision="bf16")
@@ -130,7 +130,7 @@ def test_a_run_records_its_attention_backend_and_matmul_precision(tmp_path):
 
 
 def test_tf32_is_set_for_cuda_runs_and_restored():
-    from heavytail.train import float32_matmuls
+    from heavytail.harness.train import float32_matmuls
 
     flags = torch.backends.cuda.matmul, torch.backends.cudnn
     before = tuple(f.allow_tf32 for f in flags)

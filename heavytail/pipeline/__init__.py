@@ -5,6 +5,6 @@
 - ``report``: the top-level report (``python -m heavytail report``): the notebooks of a params file, with
   the grid run where its notebook sits.
 
-Nothing here is imported by notebooks or the science modules: they import :mod:`heavytail.artifacts`,
+Nothing here is imported by notebooks or the science modules: they import :mod:`heavytail.harness.artifacts`,
 which needs neither papermill nor submitit.
 """

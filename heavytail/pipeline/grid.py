@@ -1,6 +1,6 @@
 """The ablation grid (Section 4.2, App. G): every configuration of a grid file, one notebook execution each.
 
-A grid file names a set of run configurations: a ``base`` mapping of :class:`~heavytail.config.RunConfig`
+A grid file names a set of run configurations: a ``base`` mapping of :class:`~heavytail.harness.config.RunConfig`
 keys shared by all of them and ``axes`` whose Cartesian product (in the file's order) gives the
 configurations. Each configuration is ONE papermill execution of ``notebooks/04_ablation.py`` (through
 :func:`heavytail.pipeline.notebook.run_notebook`) whose run folder ``<output_root>/<grid>/<folder_name>/`` holds
@@ -38,7 +38,7 @@ last execution). Grid file format::
       signal_delay_s: 90             # SLURM signals the job this long before its time limit (to requeue)
       poll_s: 30                     # how often a waiting grid asks squeue for its jobs' states
 
-An axis is either a :class:`~heavytail.config.RunConfig` key with a list of values (``lr: [1e-3, 3e-3]``,
+An axis is either a :class:`~heavytail.harness.config.RunConfig` key with a list of values (``lr: [1e-3, 3e-3]``,
 ``attention_backend: [sdpa, tiled]``), or any other name with a list of mappings of RunConfig keys that
 travel together (``tasks`` above; ``sizes: [{n_points: 256, trials_per_step: 16}, ...]``). Each
 configuration's folder name is its :attr:`RunConfig.name` followed by ``-key=value`` for every other key
@@ -81,14 +81,14 @@ from typing import Any, Mapping, Sequence
 import submitit
 import yaml
 
-from .. import cli
-from ..artifacts import repo_root
-from ..config import RunConfig
-from ..io import load_json, save_json
-from ..rundir import EXECUTION, RESULTS, RunDir
-from . import lock
-from . import slurm as cluster
-from .notebook import NotebookResult, run_notebook, write_index
+from heavytail import cli
+from heavytail.harness.artifacts import repo_root
+from heavytail.harness.config import RunConfig
+from heavytail.io import load_json, save_json
+from heavytail.harness.rundir import EXECUTION, RESULTS, RunDir
+from heavytail.pipeline import lock
+from heavytail.pipeline import slurm as cluster
+from heavytail.pipeline.notebook import NotebookResult, run_notebook, write_index
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 STATUSES = ("ok", "skipped", "failed", "cancelled", "locked", "running", "submitted", "pending")
@@ -99,7 +99,7 @@ EXIT_LOCKED = 3  # the command's exit code when a configuration was left to the 
 NAMED_KEYS = ("benchmark", "marginals", "kernel", "norm", "symlog", "seed")
 TASK_KEYS = ("benchmark", "marginals")
 DEFAULT_NOTEBOOK = "notebooks/04_ablation.py"
-EXECUTION_FILE = EXECUTION  # the run folder's names live in heavytail.rundir
+EXECUTION_FILE = EXECUTION  # the run folder's names live in heavytail.harness.rundir
 RESULTS_FILE = RESULTS
 # Parameters the notebook takes besides the run configuration (its `parameters` cell).
 NOTEBOOK_EXTRAS = ("config", "run_dir", "floor_cache", "progress")
@@ -436,7 +436,7 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 def is_finished(run_dir: Path, cfg: RunConfig) -> bool:
     """COMPLETE, results.json present, and the last notebook execution succeeded for the same run as
-    ``cfg`` (compared through RunConfig, pacing keys aside: :func:`heavytail.rundir.same_run`)."""
+    ``cfg`` (compared through RunConfig, pacing keys aside: :func:`heavytail.harness.rundir.same_run`)."""
     return RunDir(run_dir).is_finished(cfg)
 
 

@@ -8,7 +8,7 @@ Read top to bottom, it answers a reviewer's questions in the order they ask them
 3. the findings: every claim a notebook checked (``claims.json``), reproduced / not reproduced / not run,
    linked to the notebook section and figures that decide it;
 4. one card per notebook: status, run time, its key figure as a thumbnail, its one-sentence conclusion
-   (``conclusion.json``, written by :meth:`heavytail.artifacts.Artifacts.conclude`), and its figures and
+   (``conclusion.json``, written by :meth:`heavytail.harness.artifacts.Artifacts.conclude`), and its figures and
    tables; run internals (checkpoints, caches, ``COMPLETE``, ``.ipynb``) are not report items;
 5. the grids: each grid's state, with its run folders.
 
@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote, unquote
 
-from ..artifacts import CONCLUSION_FILE
-from ..io import atomic_write_text
+from heavytail.harness.artifacts import CONCLUSION_FILE
+from heavytail.io import atomic_write_text
 
-CLAIMS_FILE = "claims.json"  # a list of claims a notebook checked; see :func:`heavytail.summary.findings`
+CLAIMS_FILE = "claims.json"  # a list of claims a notebook checked; see :func:`heavytail.studies.summary.findings`
 SCALE_FILE = "scale.csv"  # columns: setting, this run's value(s), the paper's value
 VERDICTS = ("reproduced", "not reproduced", "not run")
 TABLE_SUFFIXES = (".csv", ".json")

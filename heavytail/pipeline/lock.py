@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import slurm
+from heavytail.pipeline import slurm
 
 LOCK_FILE = "grid.lock"
 

@@ -5,13 +5,13 @@ Pipeline per notebook (``notebooks/NN_name.py``, jupytext py:percent, python3 ke
 1. jupytext converts the ``.py`` source to ``.ipynb`` (papermill cannot read a ``.py`` notebook);
 2. papermill executes it with the repository root as working directory and the given parameters injected
    after the cell tagged ``parameters`` (plus ``report`` and ``output_root``, which :func:`run_notebook`
-   injects itself: notebooks pass them to :func:`heavytail.artifacts.artifacts`);
+   injects itself: notebooks pass them to :func:`heavytail.harness.artifacts.artifacts`);
 3. nbconvert renders the executed notebook (complete or partial) to HTML.
 
 A failure inside the notebook is a :class:`NotebookResult` with its failing code cell, never an exception.
 :func:`write_index` writes the ``index.html`` / ``index.json`` listing of a folder of executed notebooks
 (the report's and each grid's). The lowest layer of :mod:`heavytail.pipeline`: it imports only
-:mod:`heavytail.io` and :mod:`heavytail.artifacts`.
+:mod:`heavytail.io` and :mod:`heavytail.harness.artifacts`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..artifacts import NOTEBOOK_PATTERN
-from ..io import atomic_write_text, dumps_json
+from heavytail.harness.artifacts import NOTEBOOK_PATTERN
+from heavytail.io import atomic_write_text, dumps_json
 
 RUNNER_PARAMETERS = ("report", "output_root")
 STATUSES = ("ok", "failed", "skipped", "running", "pending")

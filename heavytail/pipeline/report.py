@@ -31,7 +31,7 @@ the runner injects that folder into the notebooks that read it, so no params fil
 Notebooks in the folder without a section are listed in the index as skipped (so a small params file,
 e.g. ``params/smoke.yaml``, never runs a notebook at an unknown scale). The runner itself injects two
 parameters into every notebook: ``report`` (the report name) and ``output_root`` (absolute path of
-``outputs/<report>``); notebooks pass them to :func:`heavytail.artifacts.artifacts`.
+``outputs/<report>``); notebooks pass them to :func:`heavytail.harness.artifacts.artifacts`.
 
 The top layer of :mod:`heavytail.pipeline`: report -> grid -> notebook execution -> io.
 """
@@ -48,10 +48,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..artifacts import NOTEBOOK_PATTERN, repo_root
-from .grid import EXECUTORS, GridSpec, run_grid
-from .landing import write_landing
-from .notebook import (RUNNER_PARAMETERS, NotebookResult, _require_notebook_tools, discover_notebooks,
+from heavytail.harness.artifacts import NOTEBOOK_PATTERN, repo_root
+from heavytail.pipeline.grid import EXECUTORS, GridSpec, run_grid
+from heavytail.pipeline.landing import write_landing
+from heavytail.pipeline.notebook import (RUNNER_PARAMETERS, NotebookResult, _require_notebook_tools, discover_notebooks,
                        run_notebook, write_index_json)
 
 GRID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")

@@ -94,9 +94,9 @@ def attention_gradient_error(q, k, v, kernel: str, backend: str, seed: int = 0) 
     A random cotangent is pulled back through ``kernel_attention`` on both paths; the errors are
     ||grad - ref|| / ||ref|| for q, k and v, plus the largest scaled score |S| (eq. 1). Flash-style
     backwards recompute S and subtract a stored log-sum-exp; when |S| is huge that subtraction loses
-    every digit for softmax (see heavytail.attention), which this measures on real activations.
+    every digit for softmax (see heavytail.science.attention), which this measures on real activations.
     """
-    from .attention import kernel_attention, scaled_scores
+    from heavytail.science.attention import kernel_attention, scaled_scores
 
     gen = torch.Generator().manual_seed(seed)
     cot = torch.randn(q.shape[:-1] + (v.shape[-1],), generator=gen, dtype=torch.float64)
@@ -119,7 +119,7 @@ def attention_gradient_error(q, k, v, kernel: str, backend: str, seed: int = 0) 
 
 # ------------------------------------------------------------------------ kernel or numerics (Sec. 5)
 # Backends whose softmax backward recomputes the scores and subtracts a stored log-sum-exp (flash-style),
-# against those whose gradients are exact float32 autograd (heavytail.attention).
+# against those whose gradients are exact float32 autograd (heavytail.science.attention).
 FLASH_STYLE_BACKENDS = ("sdpa", "flash")
 EXACT_BACKENDS = ("tiled", "dense")
 

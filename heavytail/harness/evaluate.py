@@ -27,12 +27,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .collapse import collapsed, run_label, spread_ratio
-from . import cli
-from .config import DEVICES, RunConfig
-from .io import load_json, save_json
-from .rundir import RunDir
-from .train import backend_label, build_benchmark, float32_matmuls, is_complete, load_model, precision_record
+from heavytail.science.collapse import collapsed, run_label, spread_ratio
+from heavytail import cli
+from heavytail.harness.config import DEVICES, RunConfig
+from heavytail.io import load_json, save_json
+from heavytail.harness.rundir import RunDir
+from heavytail.harness.train import backend_label, build_benchmark, float32_matmuls, is_complete, load_model, precision_record
 
 # Thresholds (tail fractions phi) of the Hill-error curve; the paper's single choice phi = 0.1 is among them.
 HILL_CURVE_PHIS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
@@ -65,7 +65,7 @@ def _latent(y: torch.Tensor, to_latent: torch.Tensor) -> torch.Tensor:
 
 def _hill(latent: torch.Tensor, k: int) -> torch.Tensor:
     """Per-axis Hill estimates (T, 2) of (T, N, 2) latent samples, upper tail of each coordinate (eq. 38)."""
-    from .metrics import hill_estimate
+    from heavytail.science.metrics import hill_estimate
 
     return hill_estimate(latent.transpose(-1, -2), k)
 
@@ -84,7 +84,7 @@ def floor_key(cfg: RunConfig) -> str:
 
 def sampling_floor_pool(cfg: RunConfig, cache_dir: str | Path | None = None, quiet: bool = True) -> dict[str, Any]:
     """The i.i.d. floor pool: d_hat_j (eq. 11) and, for Pareto marginals, the target Hill estimates."""
-    from .metrics import energy_distance
+    from heavytail.science.metrics import energy_distance
 
     path = Path(cache_dir) / f"floor-{cfg.benchmark}-{cfg.marginals}-{floor_key(cfg)}.json" if cache_dir else None
     if path is not None and path.exists():
@@ -119,8 +119,8 @@ def sampling_floor_pool(cfg: RunConfig, cache_dir: str | Path | None = None, qui
 def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = True) -> dict[str, Any]:
     """One pass of the candidate trials at ``cfg.eval_n_points``: per-trial energy distances d_i (eq. 11),
     spread ratios (the collapse criterion) and, with ``hill``, the Hill estimates of App. J.1."""
-    from .attention import recording_backends
-    from .metrics import energy_distance
+    from heavytail.science.attention import recording_backends
+    from heavytail.science.metrics import energy_distance
 
     bench = build_benchmark(cfg)
     gen = _generator(cfg.seed, _CANDIDATE_STREAM)
@@ -167,7 +167,7 @@ def evaluate(
     device: str | torch.device = "cpu",
 ) -> dict[str, Any]:
     """Evaluate the completed run in ``run_dir``; writes ``results.json`` there and returns it."""
-    from .provenance import record as provenance_record
+    from heavytail.harness.provenance import record as provenance_record
 
     run_dir = Path(run_dir)
     model, cfg = load_model(run_dir, device)
@@ -242,7 +242,7 @@ def evaluate(
 
 def _ratios(d_all: np.ndarray, d_hat: np.ndarray, cfg: RunConfig) -> dict[str, dict[str, Any]]:
     """Median and mean ratios S(d)/S(d_hat) of eq. 36 with eq. 37's bootstrap interval and the bold rule."""
-    from .metrics import ratio_interval
+    from heavytail.science.metrics import ratio_interval
 
     out = {}
     for stat in ("median", "mean"):
@@ -269,7 +269,7 @@ def _discrepancy(e: torch.Tensor, e_hat: torch.Tensor) -> float:
     A fully degenerate output ensemble (every point equal) has an infinite Hill estimate, so its
     Hill error distribution is infinitely far from the reference: report that rather than fail.
     """
-    from .metrics import hill_error_discrepancy
+    from heavytail.science.metrics import hill_error_discrepancy
 
     if not bool(torch.isfinite(e).all()):
         return float("inf")
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         unfinished = [d for d in args.run_dirs if not is_complete(d)]
         if unfinished:
             raise ValueError(f"not completed runs (no COMPLETE marker; train them first): {', '.join(unfinished)}")
-        from .train import resolve_device
+        from heavytail.harness.train import resolve_device
 
         device = resolve_device(RunConfig(device=args.device))
     except (*cli.BAD_INPUT, RuntimeError) as err:

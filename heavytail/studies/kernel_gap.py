@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .artifacts import repo_root
-from .io import load_json, save_json
-from .names import BACKEND_LABELS, KERNEL_COLORS, KERNELS
-from .rundir import RunDir, same_run
+from heavytail.harness.artifacts import repo_root
+from heavytail.io import load_json, save_json
+from heavytail.names import BACKEND_LABELS, KERNEL_COLORS, KERNELS
+from heavytail.harness.rundir import RunDir, same_run
 
 REFERENCE_MAP = Path("outputs") / "reference" / "kernel_gap_map.json"
 MAP_GRID = Path("params") / "grid_gap_map.yaml"
@@ -48,7 +48,7 @@ BLOCK_TRACE_KEYS = ("max_abs_score", "attn_entropy_ratio", "attn_max_weight", "q
 
 
 def variant(config: Mapping[str, Any]) -> tuple[str, str]:
-    """(kernel, attention path) of a run; softmax under ``auto`` is SDPA (heavytail.attention)."""
+    """(kernel, attention path) of a run; softmax under ``auto`` is SDPA (heavytail.science.attention)."""
     kernel, backend = config["kernel"], config.get("attention_backend", "auto")
     if kernel == "softmax" and backend == "auto":
         backend = "sdpa"
@@ -83,7 +83,7 @@ def _sig(x: Any, digits: int = 4) -> Any:
 def run_summary(run_dir: str | Path) -> dict[str, Any]:
     """The small record of one finished run: configuration, final loss, ratios with intervals, collapse
     label and onset, skipped steps, and the collapse precursors logged per block (App. I)."""
-    from .collapse import collapse_onset, rolling_median
+    from heavytail.science.collapse import collapse_onset, rolling_median
 
     run = RunDir(run_dir)
     results, log = run.results(), run.training_log()
@@ -305,7 +305,7 @@ def softmax_collapses(cs: Mapping[tuple, Cell]) -> tuple[str, str]:
 
 def against_map(own: Sequence[Mapping[str, Any]], map_runs: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
     """Relative difference of the median ratio (eq. 36), ``|own / map - 1|``, per kernel, for every run of
-    ``own`` whose configuration is the same run as one of the map's (:func:`heavytail.rundir.same_run`: a key
+    ``own`` whose configuration is the same run as one of the map's (:func:`heavytail.harness.rundir.same_run`: a key
     added since the map was made, at its default, is no difference)."""
     out: dict[str, list[float]] = {}
     for r in own:
@@ -345,7 +345,7 @@ CLAIMS = (
 
 def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The three kernel-gap claims, each 'reproduced' / 'not reproduced' / 'not run', with the evidence
-    computed from ``runs`` (the same record format as :func:`heavytail.summary.findings`)."""
+    computed from ``runs`` (the same record format as :func:`heavytail.studies.summary.findings`)."""
     cs = cells(runs)
     out = []
     for cid, claim, source, paper, check in CLAIMS:
@@ -403,7 +403,7 @@ def load_map(path: str | Path | None = None) -> dict[str, Any] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m heavytail.kernel_gap",
+    parser = argparse.ArgumentParser(prog="python -m heavytail.studies.kernel_gap",
                                      description="Ship a kernel-gap grid's per-run summaries as the reference map.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("ship", help="write outputs/reference/kernel_gap_map.json from a finished map grid")
@@ -415,7 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         extra = {"lr_probe": args.lr_probe} if args.lr_probe else None
-        path = ship(args.grid_dir, args.grid, args.output, "python -m heavytail.kernel_gap " + " ".join(
+        path = ship(args.grid_dir, args.grid, args.output, "python -m heavytail.studies.kernel_gap " + " ".join(
             argv if argv is not None else sys.argv[1:]), extra, args.commit)
     except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

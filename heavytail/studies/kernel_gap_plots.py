@@ -1,4 +1,4 @@
-"""Figures of the kernel-gap study (heavytail.kernel_gap): the gap against N, the numerics behind it, and
+"""Figures of the kernel-gap study (heavytail.studies.kernel_gap): the gap against N, the numerics behind it, and
 the collapse precursors over training (App. I). Each function takes run summaries and returns a figure."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from . import kernel_gap as G
+from heavytail.studies import kernel_gap as G
 
 _JITTER = 0.035  # seeds side by side on the log-N axis
 
@@ -96,7 +96,7 @@ def gap_figure(own: Sequence[Mapping], shipped: Sequence[Mapping] = (), shipped_
 
 def numerics_figure(runs: Sequence[Mapping], title: str = ""):
     """(a) steps skipped for a non-finite gradient per run, (b) the largest block-0 |S| of eq. 1 seen in
-    training, against N: what breaks a flash-style softmax backward (|S| ~ 1e8, see heavytail.attention)."""
+    training, against N: what breaks a flash-style softmax backward (|S| ~ 1e8, see heavytail.science.attention)."""
     cs = G.cells(runs)
     fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(12, 3.8))
     for i, v in enumerate(G.variants(cs)):
@@ -139,7 +139,7 @@ PRECURSORS = (("loss", "training loss (eq. 10)", True), ("block0.max_abs_score",
 def precursor_figure(runs: Sequence[Mapping], n_points: int):
     """The collapse precursors logged at every logged step (App. I) for the runs at training N ``n_points``,
     one line per run, coloured by variant; a cross marks the onset of each run whose training batch ended
-    collapsed (heavytail.collapse.collapse_onset)."""
+    collapsed (heavytail.science.collapse.collapse_onset)."""
     chosen = [r for r in runs if r["config"]["n_points"] == n_points and r.get("trace", {}).get("step")]
     fig, axes = plt.subplots(2, 3, figsize=(13, 6), sharex=True)
     seen = set()

@@ -1,7 +1,7 @@
 """Summary of an ablation grid: Tables 5-8 and the findings of Sections 4.2 and 5, from finished runs.
 
 A grid folder holds one run folder per configuration (``outputs/<grid>/<config>/``) with ``config.yaml``,
-``metrics.jsonl``, ``COMPLETE`` and ``results.json`` (written by :func:`heavytail.evaluate.evaluate`).
+``metrics.jsonl``, ``COMPLETE`` and ``results.json`` (written by :func:`heavytail.harness.evaluate.evaluate`).
 This module reads them and turns them into plain data (lists of dicts) that the summary notebook renders.
 It computes nothing new about the runs: every ratio, bootstrap interval (eq. 36, 37), collapse label
 (App. I) and Hill statistic (eq. 41) comes from ``results.json``.
@@ -16,13 +16,13 @@ device, checkpoint and log cadence, evaluation batch size) form one *configurati
   bootstrap interval describes evaluation trials at fixed weights, not training runs (App. H.2);
 - bold (App. H.2: the interval contains or lies below one): the aggregated lower endpoint is <= 1;
 - collapse: the configuration is labelled "collapse" when at least half of its seeds are (the same
-  majority rule :func:`heavytail.collapse.run_label` applies to trials), and the count is reported;
+  majority rule :func:`heavytail.science.collapse.run_label` applies to trials), and the count is reported;
 - Hill E (eq. 41) and the Hill-error curve: the median over seeds; per-trial energy distances for the
   empirical CDFs (Figures 10, 11) are pooled over seeds.
 
 Comparisons used by the findings (stated here and printed by the notebook from :data:`DEFINITIONS`):
 
-- *collapsed*: the configuration's label is "collapse" (criterion in :mod:`heavytail.collapse`);
+- *collapsed*: the configuration's label is "collapse" (criterion in :mod:`heavytail.science.collapse`);
 - *A lower than B*: A's bootstrap interval of the median ratio lies entirely below B's
   (``A.high < B.low``); the ratio of ratios A/B is reported as the effect size. Both ratios are against
   the same i.i.d. floor (same operator, marginals, N and seed), so the ratio of ratios is the ratio of
@@ -44,14 +44,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .config import PACING_KEYS
-from .rundir import find_run_dirs
-from .io import load_json
+from heavytail.harness.config import PACING_KEYS
+from heavytail.harness.rundir import find_run_dirs
+from heavytail.io import load_json
 
-from .names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, KERNEL_LABELS, KERNELS, MARGINAL_LABELS, NORM_LABELS,
+from heavytail.names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, KERNEL_LABELS, KERNELS, MARGINAL_LABELS, NORM_LABELS,
                     SLOWER_KERNELS, TRANSFORM_LABELS)
-from .names import NORM_TABLE_ORDER as NORMS  # the paper's table order: pre-norm rows above post-norm rows
-from .names import RATIO_STATISTICS as STATISTICS
+from heavytail.names import NORM_TABLE_ORDER as NORMS  # the paper's table order: pre-norm rows above post-norm rows
+from heavytail.names import RATIO_STATISTICS as STATISTICS
 # Settings that change how a run is executed but not its results; runs differing only in these and in
 # the seed are seeds of one configuration.
 OPERATIONAL = PACING_KEYS | {"seed"}
@@ -98,7 +98,7 @@ def run_from_results(results: Mapping[str, Any], run_dir: Path | None = None, lo
     missing = [k for k in ("config", "collapse", "energy") if k not in results]
     if missing:
         raise ValueError(f"results of {run_dir or results.get('name')} lack {missing}; "
-                         "expected the dict written by heavytail.evaluate.evaluate")
+                         "expected the dict written by heavytail.harness.evaluate.evaluate")
     config = dict(results["config"])
     name = str(results.get("name") or (run_dir.name if run_dir else "run"))
     return Run(name=name, config=config, results=results, run_dir=run_dir, log=tuple(log))
@@ -129,7 +129,7 @@ def collect_runs(grid_dir: str | Path) -> Collected:
         except (ValueError, OSError) as exc:
             skipped.append({"run": name, "reason": f"unreadable results.json: {exc}"})
             continue
-        stale = folder.stale_results()  # the same rule the grid and training apply (heavytail.rundir)
+        stale = folder.stale_results()  # the same rule the grid and training apply (heavytail.harness.rundir)
         if stale:
             skipped.append({"run": name, "reason": stale})
             continue
@@ -392,8 +392,8 @@ def hill_table(aggs: Sequence[Mapping[str, Any]], benchmark: str, axis: str | in
 
 def scale_table(runs: Sequence[Run]) -> dict[str, Any]:
     """'What ran at this scale': the distinct values of the sizes that set the scale, next to the paper's
-    (the :class:`heavytail.config.RunConfig` defaults are Table 3)."""
-    from .config import NOT_TABLE3, RunConfig
+    (the :class:`heavytail.harness.config.RunConfig` defaults are Table 3)."""
+    from heavytail.harness.config import NOT_TABLE3, RunConfig
 
     paper = RunConfig()
     rows = []
@@ -703,7 +703,7 @@ def cell_text(value: Any) -> str:
 
 
 def records(table: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The table as flat rows of text (for CSV, :meth:`heavytail.artifacts.Artifacts.save_table`)."""
+    """The table as flat rows of text (for CSV, :meth:`heavytail.harness.artifacts.Artifacts.save_table`)."""
     return [{c: cell_text(row.get(c)) for c in table["columns"]} for row in table["rows"]]
 
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from .operators import EXCHANGE, Benchmark, Trials, shear_matrix
+from heavytail.science.operators import EXCHANGE, Benchmark, Trials, shear_matrix
 
 
 def figure5_trial(bench: Benchmark, trials: Trials, index: int = 0) -> Trials:

@@ -16,7 +16,7 @@ Every branch below is therefore fed only inputs valid for it (the other side rep
 so ``log_g`` and its gradient are finite for every finite float32 score, -1e30 to 3e38.
 
 ``dlog_g`` is the derivative of ``log_g``, written out for the hand-written backward of the
-flash-style backend (``heavytail.attention``); the tests compare it with autograd.
+flash-style backend (``heavytail.science.attention``); the tests compare it with autograd.
 
 ``g_ratio`` is ``g(s) / g(m)`` for the row maximum ``m`` of the scores, the unnormalized weight of
 eq. 7 relative to the row's largest. Every ``g`` of Table 1 is increasing, so the row maximum of
@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from . import names
+from heavytail import names
 
 __all__ = ["Kernel", "KERNEL_NAMES", "KERNELS", "get_kernel"]
 
@@ -183,7 +183,7 @@ KERNEL_NAMES: tuple[str, ...] = tuple(KERNELS)
 
 # The names module is the list everything else reads (config, summary, figures): the registry must agree.
 if KERNEL_NAMES != names.KERNELS or any(k.growth != names.KERNEL_GROWTH[k.name] for k in KERNELS.values()):
-    raise ImportError(f"heavytail.kernels registers {KERNEL_NAMES} with growths "
+    raise ImportError(f"heavytail.science.kernels registers {KERNEL_NAMES} with growths "
                       f"{[k.growth for k in KERNELS.values()]}, but heavytail.names lists {names.KERNELS} with "
                       f"{list(names.KERNEL_GROWTH.values())}: add or change the kernel in both")
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from heavytail.energy import check_finite
-from heavytail.kernels import get_kernel
+from heavytail.science.energy import check_finite
+from heavytail.science.kernels import get_kernel
 from heavytail.names import GROWTH_ORDER
 
 

@@ -7,7 +7,7 @@ is non-finite is skipped and counted, as the paper does (Table 3, "skip non-fini
 
 The run folder is the unit of work; its layout (config.yaml, metrics.jsonl, checkpoints/, model.pt, and
 COMPLETE written last: a run without it is unfinished, whatever else exists) is owned by
-:class:`heavytail.rundir.RunDir`.
+:class:`heavytail.harness.rundir.RunDir`.
 
 Every file is written atomically (``heavytail.io``). Calling :func:`train` on a folder that holds a
 checkpoint resumes from it; on CPU a run killed at any point and resumed ends with weights bitwise
@@ -29,11 +29,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import cli
-from .collapse import collapsed, spread_ratio
-from .config import RunConfig
-from .io import COMPLETE, atomic_torch_save, atomic_write_text, dumps_json, is_complete, read_jsonl, save_json
-from .rundir import RunDir, config_differences
+from heavytail import cli
+from heavytail.science.collapse import collapsed, spread_ratio
+from heavytail.harness.config import RunConfig
+from heavytail.io import COMPLETE, atomic_torch_save, atomic_write_text, dumps_json, is_complete, read_jsonl, save_json
+from heavytail.harness.rundir import RunDir, config_differences
 
 KEEP_CHECKPOINTS = 2
 
@@ -48,13 +48,13 @@ def resolve_device(cfg: RunConfig) -> torch.device:
 
 
 def build_benchmark(cfg: RunConfig):
-    from .operators import Benchmark
+    from heavytail.science.operators import Benchmark
 
     return Benchmark(cfg.benchmark, cfg.marginals)
 
 
 def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> torch.nn.Module:
-    from .model import MeasureTransformer, ModelConfig
+    from heavytail.science.model import MeasureTransformer, ModelConfig
 
     return MeasureTransformer(ModelConfig(**cfg.model_kwargs())).to(device)
 
@@ -111,7 +111,7 @@ def precision_record(device: torch.device, autocast_dtype: torch.dtype | None) -
 
 
 def backend_label(record: dict[str, dict[str, str]], phase: str = "train") -> str:
-    """The attention backends a :func:`heavytail.attention.recording_backends` record saw in one phase
+    """The attention backends a :func:`heavytail.science.attention.recording_backends` record saw in one phase
     (``"train"`` or ``"eval"``), ``+``-joined (``"sdpa"``, ``"flex"``, ``"flex+flash"``); ``""`` if none."""
     labels = [entry["backend"] for key, entry in record.items() if key.endswith(" " + phase)]
     return "+".join(dict.fromkeys(b for label in labels for b in label.split("+")))
@@ -243,8 +243,8 @@ def train(
         return run_dir
 
     device = resolve_device(cfg)
-    from .attention import recording_backends  # noqa: PLC0415
-    from .metrics import energy_distance  # noqa: PLC0415  (the compiled loss loads only when training)
+    from heavytail.science.attention import recording_backends  # noqa: PLC0415
+    from heavytail.science.metrics import energy_distance  # noqa: PLC0415  (the compiled loss loads only when training)
 
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -275,7 +275,7 @@ def train(
     # Who trained which steps: one provenance entry per call that trains (a resumed run has several), kept
     # in the checkpoint and written to train_summary.json, so a shipped map never relies on a typed commit.
     if end > start:
-        from .provenance import record as provenance_record  # noqa: PLC0415
+        from heavytail.harness.provenance import record as provenance_record  # noqa: PLC0415
 
         counters["provenance"] = [*counters.get("provenance", []), {**provenance_record(), "from_step": start + 1}]
     model.train()
@@ -309,7 +309,7 @@ def train(
                     "skipped": skipped,
                     "n_skipped": counters["skipped"],
                     "seconds": time.perf_counter() - t0,
-                    # the attention that computed this step ("auto" may fall back, see heavytail.attention)
+                    # the attention that computed this step ("auto" may fall back, see heavytail.science.attention)
                     "attention_backend": backend_label(backends),
                 }
                 if outputs_finite:

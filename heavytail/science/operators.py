@@ -1,7 +1,7 @@
 """The two benchmark operators and their parameter distributions (Section 3.2.2, App. D).
 
 Every measure is mu(omega) = T(omega_T)_# eta(omega_eta) (Section 3.2) with eta a product of two 1D
-marginals (``heavytail.distributions``) and T a 2x2 matrix:
+marginals (``heavytail.science.distributions``) and T a 2x2 matrix:
 
 - sheared swap: T_in = M(j, k) (eq. 23), T_out = M P, so Psi pushes mu_I forward by M P M^-1;
 - matrix inverse: T_in = B = Q(theta) U(s) D(lambda) (eqs. 24, 25), T_out = B^-1, so Psi pushes by B^-2.
@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-from heavytail.distributions import A_MIN, MirroredPareto, ShiftedGaussian
+from heavytail.science.distributions import A_MIN, MirroredPareto, ShiftedGaussian
 
 __all__ = [
     "OPERATORS", "MARGINALS", "LOCATION", "ETA_RANGES", "OMEGA_T_RANGES", "EXCHANGE",

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from heavytail.operators import ETA_RANGES, LOCATION, MARGINALS, OMEGA_T_RANGES, qud_matrix, shear_matrix
+from heavytail.science.operators import ETA_RANGES, LOCATION, MARGINALS, OMEGA_T_RANGES, qud_matrix, shear_matrix
 
 
 def _check_points(x: Tensor, name: str = "x") -> Tensor:

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from heavytail.distributions import SplicedPareto
+from heavytail.science.distributions import SplicedPareto
 from heavytail.io import atomic_write_bytes, save_json
 
 SWEEP_STATISTICS = ("energy", "w2", "hill_gap")
@@ -94,16 +94,16 @@ class SweepConfig:
 
 def sweep_hill_k(n: int, q0: float) -> int:
     """k = max(2, round(N (1 - q0))) order statistics above the threshold, from the known seam (App. F.1)."""
-    from heavytail.metrics import hill_k_from_seam
+    from heavytail.science.metrics import hill_k_from_seam
 
     return hill_k_from_seam(n, q0)
 
 
 def _code_fingerprint() -> str:
     """Hash of the code a cell's numbers depend on, so edited sampling or metrics never reuse stale cells."""
-    import heavytail.distributions as dist
-    import heavytail.energy as energy
-    import heavytail.metrics as met
+    import heavytail.science.distributions as dist
+    import heavytail.science.energy as energy
+    import heavytail.science.metrics as met
 
     h = hashlib.sha256()
     for mod in (dist, energy, met):
@@ -120,7 +120,7 @@ def _cell_generator(seed: int, i_budget: int, i_seam: int) -> torch.Generator:
 
 def sweep_cell(cfg: SweepConfig, i_budget: int, i_seam: int) -> dict[str, np.ndarray]:
     """All repetitions of one (N, q0) cell: statistics of shape (A, R) for A = len(a_grid), R repetitions."""
-    from heavytail import metrics
+    from heavytail.science import metrics
 
     n, reps, q0 = cfg.budgets[i_budget], cfg.repetitions[i_budget], cfg.seams[i_seam]
     gen = _cell_generator(cfg.seed, i_budget, i_seam)
@@ -203,7 +203,7 @@ class NoiseUnitCurve:
 def noise_unit_curves(table: dict[str, np.ndarray], a_ref: float = 1.5) -> list[NoiseUnitCurve]:
     """Group the table by (statistic, N, q0) and apply eq. 32: z_j = (mu_j - mu_j*) / median{finite s_j},
     with j* = argmin_j |a_j - a_ref| and s_j the between-repetition standard deviation (ddof = 1)."""
-    from heavytail import metrics
+    from heavytail.science import metrics
 
     curves = []
     budgets, seams = np.unique(table["budget"]), np.unique(table["seam"])

@@ -4,7 +4,7 @@
     sigma^-1(y)   = sign(y) (e^|y| - 1)
 
 Both are written as a ``where`` over the two signs (each branch fed only inputs valid for
-it, see ``heavytail.kernels``) rather than ``sign(x) * ...``: ``sign`` has zero gradient, so the
+it, see ``heavytail.science.kernels``) rather than ``sign(x) * ...``: ``sign`` has zero gradient, so the
 product form gives the wrong derivative (0 instead of 1) at exactly 0.
 
 Overflow: ``sigma^-1(y)`` exceeds the largest finite float32 (3.4e38) for ``|y|`` beyond about

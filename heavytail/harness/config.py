@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from .names import BACKENDS, BENCHMARKS, DEVICES, KERNELS, MARGINALS, NORMS, PRECISIONS, SOFTMAX_ONLY_BACKENDS
+from heavytail.names import BACKENDS, BENCHMARKS, DEVICES, KERNELS, MARGINALS, NORMS, PRECISIONS, SOFTMAX_ONLY_BACKENDS
 
 __all__ = ["RunConfig", "PACING_KEYS", "NOT_TABLE3", "BACKENDS", "BENCHMARKS", "DEVICES", "KERNELS", "MARGINALS", "NORMS",
            "PRECISIONS"]
@@ -142,7 +142,7 @@ class RunConfig:
         return f"{self.benchmark}-{self.marginals}-{self.kernel}-{self.norm}-{transform}-seed{self.seed}"
 
     def model_kwargs(self) -> dict[str, Any]:
-        """The :class:`heavytail.model.ModelConfig` arguments this run uses."""
+        """The :class:`heavytail.science.model.ModelConfig` arguments this run uses."""
         return dict(
             d_model=self.d_model,
             n_blocks=self.n_blocks,

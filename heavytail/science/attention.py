@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from heavytail.kernels import Kernel, get_kernel
+from heavytail.science.kernels import Kernel, get_kernel
 
 __all__ = [
     "BACKENDS",
@@ -526,7 +526,7 @@ def kernel_attention(
         q: queries ``(B, H, N, d)`` (any leading dims for dense/tiled/flash/sdpa).
         k: keys ``(B, H, L, d)``.
         v: values ``(B, H, L, d_v)``.
-        kernel: a name from ``heavytail.kernels.KERNEL_NAMES`` or a ``Kernel``.
+        kernel: a name from ``heavytail.science.kernels.KERNEL_NAMES`` or a ``Kernel``.
         backend: one of ``BACKENDS``.
         tile_elements: score elements per tile for ``"tiled"`` and ``"flash"``.
         compiled: use ``torch.compile`` inside ``"flash"`` (its fused elementwise blocks) or

@@ -8,15 +8,15 @@ One configuration's training run, evaluation and notebook execution live in one 
     model.pt             final weights
     train_summary.json   steps and skipped steps of the finished training
     COMPLETE             written last by training: a run without it is unfinished, whatever else exists
-    results.json         the evaluation (heavytail.evaluate), written after COMPLETE
+    results.json         the evaluation (heavytail.harness.evaluate), written after COMPLETE
     execution.json       the grid's record of the last notebook execution (heavytail.pipeline.grid)
 
 Train, evaluate, the grid, the summary and the notebooks ask a :class:`RunDir` for paths and states
 instead of spelling file names. Torch-free: the grid and report processes use it without loading torch.
 
 Staleness. Two configurations are the same run when they agree on every key after
-:class:`~heavytail.config.RunConfig` has parsed both (so a key added since, at its default, changes
-nothing) except :data:`~heavytail.config.PACING_KEYS`, which change how a run is paced or logged, never
+:class:`~heavytail.harness.config.RunConfig` has parsed both (so a key added since, at its default, changes
+nothing) except :data:`~heavytail.harness.config.PACING_KEYS`, which change how a run is paced or logged, never
 its numbers (:func:`same_run`). Training refuses to resume a folder of another run, the grid skips a
 configuration whose folder holds the same finished run, and the summary reads results whose
 configuration is the same run as the folder's ``config.yaml``.
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .config import PACING_KEYS, RunConfig
-from .io import COMPLETE, is_complete, load_json, read_jsonl
+from heavytail.harness.config import PACING_KEYS, RunConfig
+from heavytail.io import COMPLETE, is_complete, load_json, read_jsonl
 
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"

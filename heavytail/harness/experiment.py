@@ -2,8 +2,8 @@
 
 What notebook 04 executes once per grid configuration, and what a script calls for one run. Training
 resumes from the folder's last checkpoint and refuses a folder that holds another run
-(:mod:`heavytail.train`); an evaluation already in the folder is reused when it belongs to this run
-(the staleness rule of :mod:`heavytail.rundir`), and made otherwise.
+(:mod:`heavytail.harness.train`); an evaluation already in the folder is reused when it belongs to this run
+(the staleness rule of :mod:`heavytail.harness.rundir`), and made otherwise.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .config import RunConfig
-from .rundir import RunDir
+from heavytail.harness.config import RunConfig
+from heavytail.harness.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ def run_configuration(config: "RunConfig | Mapping[str, Any]", run_dir: "str | o
     ``floor_cache``: folder of the shared sampling-floor pools (default: ``<run_dir>/../_floors``).
     ``device``: where to evaluate (default: the configuration's device, 'auto' resolved).
     """
-    from .evaluate import evaluate  # torch loads only when there is work to do
-    from .train import resolve_device, train
+    from heavytail.harness.evaluate import evaluate  # torch loads only when there is work to do
+    from heavytail.harness.train import resolve_device, train
 
     cfg = config if isinstance(config, RunConfig) else RunConfig.from_dict(config)
     run = RunDir(run_dir)
@@ -61,6 +61,6 @@ def run_configuration(config: "RunConfig | Mapping[str, Any]", run_dir: "str | o
 
 def default_run_dir(cfg: RunConfig, report: str = "scratch", root: "str | os.PathLike | None" = None) -> Path:
     """Where an interactive run of ``cfg`` lives: ``<repo>/outputs/<report>/<configuration name>/``."""
-    from .artifacts import repo_root
+    from heavytail.harness.artifacts import repo_root
 
     return Path(root) if root is not None else repo_root() / "outputs" / report / cfg.name

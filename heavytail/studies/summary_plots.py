@@ -1,4 +1,4 @@
-"""Figures of the grid summary (Figures 2, 3, 8-11 and the Hill-error curve), from :mod:`heavytail.summary`
+"""Figures of the grid summary (Figures 2, 3, 8-11 and the Hill-error curve), from :mod:`heavytail.studies.summary`
 aggregates. Each function returns a matplotlib figure; missing configurations are drawn as 'not run'.
 :func:`training_curve` draws one training-loss trace onto a given axis, the same way in notebook 04 (one
 configuration) and notebook 05 (Figure 13).
@@ -12,11 +12,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import ticker
 
-from .names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, KERNEL_COLORS, KERNEL_LABELS, KERNELS, MARGINAL_LABELS,
+from heavytail.names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, KERNEL_COLORS, KERNEL_LABELS, KERNELS, MARGINAL_LABELS,
                     NORM_LABELS, TRANSFORM_LABELS)
-from .names import NORM_TABLE_ORDER as NORMS
-from .names import STATISTIC_COLORS as STAT_COLORS
-from .summary import index_cells, is_collapsed
+from heavytail.names import NORM_TABLE_ORDER as NORMS
+from heavytail.names import STATISTIC_COLORS as STAT_COLORS
+from heavytail.studies.summary import index_cells, is_collapsed
 
 
 def energy_figure(aggs: Sequence[Mapping[str, Any]], benchmark: str, norm: str = "post"):
@@ -175,14 +175,14 @@ def hill_curve_figure(aggs: Sequence[Mapping[str, Any]], benchmark: str):
 def training_curve(ax, steps, loss, *, color: str, window: int, label: str | None = None,
                    raw_label: str | None = None):
     """One training-loss trace as Figure 13 draws it (App. I): the per-step loss faint, its centred rolling
-    median over ``window`` logged steps heavy (:func:`heavytail.collapse.rolling_median`), log y axis.
+    median over ``window`` logged steps heavy (:func:`heavytail.science.collapse.rolling_median`), log y axis.
 
     steps, loss: (T,). Losses that are not finite and positive (a skipped step, or a value a log axis cannot
     show) are left out of both traces, so a skipped step leaves a gap rather than pulling the median.
     ``color`` is the kernel's (:data:`heavytail.names.KERNEL_COLORS`); ``label`` names the heavy trace,
     ``raw_label`` the faint one. Returns the rolling median, (T,) with NaN where the window held no loss.
     """
-    from .collapse import rolling_median  # torch-backed module: loaded only when a curve is drawn
+    from heavytail.science.collapse import rolling_median  # torch-backed module: loaded only when a curve is drawn
 
     steps = np.asarray(steps)
     loss = np.asarray(loss, dtype=float)

@@ -3,7 +3,7 @@
     X --sigma--> R^{N x 2} --W_in--> R^{N x D} --n_blocks blocks--> R^{N x D} --W_out--> R^{N x 2} --sigma^-1--> Y
 
 ``sigma`` is symlog (eq. 8) when ``symlog=True``, else the identity. Each block is an attention
-sublayer (eq. 7 with kernel ``g``, ``heavytail.attention``) and a feed-forward sublayer
+sublayer (eq. 7 with kernel ``g``, ``heavytail.science.attention``) and a feed-forward sublayer
 (``D -> d_ff -> D``, GELU), both residual:
 
 - ``norm="post"`` (Section 3.3.2, the main experiments): ``x -> LN(alpha_RS x + f(x))``, alpha_RS = 4.899;
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from heavytail.attention import BACKENDS, DEFAULT_TILE_ELEMENTS, attention_weights, kernel_attention, max_abs_score
-from heavytail.kernels import KERNEL_NAMES
+from heavytail.science.attention import BACKENDS, DEFAULT_TILE_ELEMENTS, attention_weights, kernel_attention, max_abs_score
+from heavytail.science.kernels import KERNEL_NAMES
 from heavytail.names import NORMS
-from heavytail.transforms import symexp, symlog
+from heavytail.science.transforms import symexp, symlog
 
 __all__ = ["ModelConfig", "MeasureTransformer", "count_parameters", "NORMS", "TABLE3_PARAMETERS"]
 

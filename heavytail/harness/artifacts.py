@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from .io import atomic_write_text, dumps_json, to_plain
+from heavytail.io import atomic_write_text, dumps_json, to_plain
 
 NOTEBOOK_PATTERN = re.compile(r"^\d{2}_[A-Za-z0-9_]+$")
 CONCLUSION_FILE = "conclusion.json"  # {"sentence": str, "figure": figure name or null}; read by the landing page

@@ -1,11 +1,11 @@
 """Set divergences and trial-level statistics of the paper's evaluations.
 
-- ``energy_distance``, ``energy_distance_1d``, ``check_finite``: eq. 10, from :mod:`heavytail.energy`.
+- ``energy_distance``, ``energy_distance_1d``, ``check_finite``: eq. 10, from :mod:`heavytail.science.energy`.
 - ``wasserstein2_1d``: the empirical 2-Wasserstein distance of Figure 1 (sorted matching).
 - ``hill_estimate`` (eq. 38), ``hill_k`` (App. J.1), ``hill_k_from_seam`` (App. F.1),
   ``hill_error_discrepancy`` (eq. 41).
 - ``ratio_interval`` / ``RatioInterval`` (eqs. 36-37, App. H.2), ``noise_units`` / ``NoiseUnits`` (eq. 32).
-  The sampling floor of eq. 11 is drawn once per evaluation pool by ``heavytail.evaluate``.
+  The sampling floor of eq. 11 is drawn once per evaluation pool by ``heavytail.harness.evaluate``.
 
 Per-set functions take and return tensors (shapes in the docstrings). Trial-level summaries (pools of
 n = 128 numbers) take array-likes and return Python floats or float64 numpy arrays.
@@ -20,9 +20,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .energy import ENERGY_BACKENDS  # energy-distance kernels, not attention backends
-from .energy import check_finite, energy_distance, energy_distance_1d
-from .names import RATIO_STATISTICS
+from heavytail.science.energy import ENERGY_BACKENDS  # energy-distance kernels, not attention backends
+from heavytail.science.energy import check_finite, energy_distance, energy_distance_1d
+from heavytail.names import RATIO_STATISTICS
 
 __all__ = [
     "ENERGY_BACKENDS",
