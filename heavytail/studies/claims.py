@@ -1,0 +1,312 @@
+"""How a claim is decided: the verdict states, the decision rules, the claim record and how it is rendered.
+
+Every rule here was written before the runs it decides, treats the training seed as the unit of
+replication (the bootstrap interval of eq. 37 describes evaluation trials at fixed weights, not training
+runs), and is calibrated: :func:`simulate` runs a rule on synthetic seeds drawn under a null, and the tests
+assert a false-positive rate of at most 5 % and, under the effect sizes the shipped maps show, the power the
+notebooks print. A rule answers one of four verdicts:
+
+- ``reproduced``: the interval of the statistic excludes "no effect" in the paper's direction;
+- ``not reproduced``: the interval excludes every effect of practical size (an equivalence statement: the
+  data bound the effect below the stated margin), or shows the opposite direction;
+- ``undecided at this power``: neither; the record says what it would take (more seeds, another N);
+- ``not run``: the runs the rule needs are absent.
+
+"Too few seeds" is always *undecided*, never *not reproduced*; no effect found is not "no effect".
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+UNDECIDED = "undecided at this power"
+NOT_RUN = "not run"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDECIDED, NOT_RUN)
+VERDICT_COLORS = {REPRODUCED: "#1a7f37", NOT_REPRODUCED: "#cf222e", UNDECIDED: "#9a6700", NOT_RUN: "#6e7781"}
+
+LEVEL = 0.95  # two-sided coverage of every interval a verdict reads
+# The smallest effects of practical size, fixed before the runs: a gap that grows by less than 10 % per
+# doubling of N, a numerical difference within +-20 % of the median ratio (eq. 36).
+GROWTH_MARGIN = math.log(1.10)
+EQUIVALENCE_MARGIN = math.log(1.20)
+# Seeds below which no rule decides (with fewer, a t interval is too wide to exclude anything useful and
+# the rules' calibration was not shown).
+MIN_SEEDS = 5
+
+
+# ------------------------------------------------------------------------------------ estimates
+@dataclass(frozen=True)
+class Estimate:
+    """A statistic over seeds with its two-sided interval at ``level``; ``p`` when a test gives one."""
+
+    estimate: float
+    low: float
+    high: float
+    n: int
+    level: float = LEVEL
+    p: float | None = None
+
+
+def t_interval(values: Sequence[float], level: float = LEVEL) -> Estimate:
+    """The mean of per-seed values with Student's t interval (seeds are the replicates)."""
+    x = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
+    n = len(x)
+    if n == 0:
+        return Estimate(math.nan, math.nan, math.nan, 0, level)
+    mean = float(x.mean())
+    if n == 1:
+        return Estimate(mean, -math.inf, math.inf, 1, level)
+    se = float(x.std(ddof=1)) / math.sqrt(n)
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
+    p = float(2 * stats.t.sf(abs(mean) / se, n - 1)) if se > 0 else (0.0 if mean != 0 else 1.0)
+    return Estimate(mean, mean - half, mean + half, n, level, p)
+
+
+def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of ys on xs."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    xc = x - x.mean()
+    return float((xc * (y - y.mean())).sum() / (xc**2).sum())
+
+
+def per_seed_slopes(by_seed: Mapping[int, Mapping[int, float]]) -> dict[int, float]:
+    """Per seed, the slope of a log ratio against log2 N (so: log-change per doubling of N), from
+    ``{seed: {N: log ratio}}``; seeds with fewer than two N, or a non-finite value, are left out."""
+    out = {}
+    for s, row in sorted(by_seed.items()):
+        pts = sorted((n, v) for n, v in row.items() if math.isfinite(v))
+        if len(pts) >= 2 and len(pts) == len(row):
+            out[s] = slope([math.log2(n) for n, _ in pts], [v for _, v in pts])
+    return out
+
+
+# ------------------------------------------------------------------------------------ rules
+@dataclass(frozen=True)
+class Decision:
+    """A rule's answer: the verdict, its estimate and interval (``None`` when not run), and, when it is
+    undecided, what it would take."""
+
+    verdict: str
+    estimate: Estimate | None
+    reason: str = ""
+
+
+def growth_rule(slopes: Sequence[float], min_seeds: int = MIN_SEEDS, margin: float = GROWTH_MARGIN) -> Decision:
+    """Does a log ratio grow with log2 N? The mean per-seed slope with its t interval: *reproduced* when the
+    interval lies above 0, *not reproduced* when it lies below ``margin`` (growth under x e^margin per
+    doubling is excluded), otherwise undecided."""
+    if not slopes:
+        return Decision(NOT_RUN, None, "no seed has the ratio at two or more N")
+    est = t_interval(slopes)
+    if est.n < min_seeds:
+        return Decision(UNDECIDED, est, f"{est.n} seeds; the rule needs >= {min_seeds}")
+    if est.low > 0:
+        return Decision(REPRODUCED, est)
+    if est.high < margin:
+        return Decision(NOT_REPRODUCED, est, f"growth above x{math.exp(margin):.2f} per doubling is excluded")
+    return Decision(UNDECIDED, est, "the interval holds both no growth and growth of practical size; more seeds "
+                                    "or a wider range of N")
+
+
+def equivalence_rule(log_ratios: Sequence[float], min_seeds: int = MIN_SEEDS,
+                     margin: float = EQUIVALENCE_MARGIN) -> Decision:
+    """Paired log ratio A/B per seed, decided three ways: *differs* (the 95 % interval excludes 0), *equivalent
+    within the margin* (two one-sided t tests at 5 %: the 90 % interval lies inside +-margin), or undecided.
+    The verdict of "A is worse than B" is reproduced when it differs with A above B, not reproduced when it
+    differs the other way or is equivalent."""
+    if not log_ratios:
+        return Decision(NOT_RUN, None, "no seed has both variants")
+    est = t_interval(log_ratios)
+    if est.n < min_seeds:
+        return Decision(UNDECIDED, est, f"{est.n} seeds; the rule needs >= {min_seeds}")
+    if est.low > 0:
+        return Decision(REPRODUCED, est, "differs")
+    if est.high < 0:
+        return Decision(NOT_REPRODUCED, est, "differs, the other way")
+    tost = t_interval(log_ratios, level=0.90)
+    if -margin < tost.low and tost.high < margin:
+        return Decision(NOT_REPRODUCED, est, f"equivalent within x{math.exp(margin):.2f} (TOST at 5 %, 90 % "
+                                             f"interval x{math.exp(tost.low):.2f}-x{math.exp(tost.high):.2f})")
+    return Decision(UNDECIDED, est, f"neither different nor equivalent within x{math.exp(margin):.2f}; more seeds")
+
+
+def signflip_p(diffs: Sequence[float], max_exact: int = 16, n_random: int = 20000, seed: int = 0) -> float:
+    """Two-sided p value of the paired sign-flip (permutation) test of mean(diffs) = 0: exact over all 2^n
+    sign patterns for n <= ``max_exact``, Monte Carlo beyond. Valid for any symmetric null, so it suits
+    fractions with many ties at zero, where a t test's normality fails."""
+    d = np.asarray([v for v in diffs if math.isfinite(v)], dtype=float)
+    n = len(d)
+    if n == 0:
+        return 1.0
+    observed = abs(d.mean())
+    if n <= max_exact:
+        signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
+    else:
+        signs = np.random.default_rng(seed).choice((1.0, -1.0), size=(n_random, n))
+    null = np.abs((signs * d).mean(axis=1))
+    return float((null >= observed - 1e-12).mean())
+
+
+def graded_rule(diffs: Sequence[float], min_seeds: int = MIN_SEEDS, alpha: float = 1 - LEVEL) -> Decision:
+    """Is a graded outcome (a fraction in [0, 1]) larger for A than for B? Paired per-seed differences A - B:
+    the sign-flip test decides (*reproduced* when p < alpha and the mean is positive); the t interval of the
+    mean difference is reported. *Not reproduced* when the mean is significantly negative; a difference that
+    is not significant stays undecided (a fraction bounded near 0 on both sides is reported, not called
+    absence)."""
+    if not diffs:
+        return Decision(NOT_RUN, None, "no seed has both variants")
+    est = t_interval(diffs)
+    est = Estimate(est.estimate, est.low, est.high, est.n, est.level, signflip_p(diffs))
+    if est.n < min_seeds:
+        return Decision(UNDECIDED, est, f"{est.n} seeds; the rule needs >= {min_seeds}")
+    if est.p < alpha:
+        return Decision(REPRODUCED if est.estimate > 0 else NOT_REPRODUCED, est, f"sign-flip p = {est.p:.3g}")
+    return Decision(UNDECIDED, est, f"sign-flip p = {est.p:.3g}; more seeds or longer training")
+
+
+def rate_rule(hits: int, n: int, threshold: float = 0.5, min_seeds: int = MIN_SEEDS) -> Decision:
+    """Does the event happen in most runs? The Clopper-Pearson 95 % interval of its rate over ``n`` seeds:
+    reproduced when it lies above ``threshold``, not reproduced when below, undecided otherwise."""
+    if n == 0:
+        return Decision(NOT_RUN, None, "no runs")
+    low, high = clopper_pearson(hits, n)
+    est = Estimate(hits / n, low, high, n)
+    if n < min_seeds:
+        return Decision(UNDECIDED, est, f"{n} seeds; the rule needs >= {min_seeds}")
+    if low > threshold:
+        return Decision(REPRODUCED, est)
+    if high < threshold:
+        return Decision(NOT_REPRODUCED, est)
+    return Decision(UNDECIDED, est, f"the rate's interval straddles {threshold:.0%}; more seeds")
+
+
+def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    a = 1 - level
+    low = 0.0 if k == 0 else float(stats.beta.ppf(a / 2, k, n - k + 1))
+    high = 1.0 if k == n else float(stats.beta.ppf(1 - a / 2, k + 1, n - k))
+    return low, high
+
+
+# ------------------------------------------------------------------------------------ power
+def t_power(effect: float, sd: float, n: int, level: float = LEVEL) -> float:
+    """Power of the two-sided one-sample t test at ``level`` to find a mean of ``effect`` with per-seed
+    standard deviation ``sd`` from ``n`` seeds, in the effect's direction (noncentral t)."""
+    if n < 2 or sd <= 0:
+        return math.nan
+    df, nc = n - 1, abs(effect) / sd * math.sqrt(n)
+    crit = stats.t.ppf(0.5 + level / 2, df)
+    return float(stats.nct.sf(crit, df, nc))
+
+
+def seeds_needed(effect: float, sd: float, power: float = 0.8, level: float = LEVEL, most: int = 200) -> int:
+    """The fewest seeds (>= 2) at which :func:`t_power` reaches ``power``; ``most + 1`` when none up to ``most``."""
+    for n in range(2, most + 1):
+        if t_power(effect, sd, n, level) >= power:
+            return n
+    return most + 1
+
+
+def simulate(rule: Callable[[Sequence[float]], Decision], draw: Callable[[np.random.Generator], Sequence[float]],
+             n_sims: int = 2000, seed: int = 0) -> dict[str, float]:
+    """How often ``rule`` returns each verdict on ``n_sims`` synthetic studies drawn by ``draw(rng)``."""
+    rng = np.random.default_rng(seed)
+    counts = dict.fromkeys(VERDICTS, 0)
+    for _ in range(n_sims):
+        counts[rule(draw(rng)).verdict] += 1
+    return {v: c / n_sims for v, c in counts.items()}
+
+
+def growth_study(rng: np.random.Generator, slope_per_doubling: float, n_seeds: int, ns: Sequence[int],
+                 seed_sd: float, noise_sd: float) -> list[float]:
+    """Per-seed slopes of one synthetic study: log ratio = seed effect + slope * log2 N + noise."""
+    x = np.log2(np.asarray(ns, dtype=float))
+    out = []
+    for _ in range(n_seeds):
+        y = rng.normal(0, seed_sd) + slope_per_doubling * x + rng.normal(0, noise_sd, len(x))
+        out.append(slope(x, y))
+    return out
+
+
+# ------------------------------------------------------------------------------------ the record
+@dataclass(frozen=True)
+class Claim:
+    """One decided claim as every report shows it: what is claimed and where, the verdict, the statistic
+    with its interval (``None`` when not run), the scale that decided it, the evidence in words, and what
+    would decide it when it is undecided."""
+
+    id: str
+    claim: str
+    source: str
+    paper: str
+    verdict: str
+    statistic: str = ""
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    seeds: int = 0
+    scale: str = ""
+    evidence: str = ""
+    needs: str = ""
+    decided_by: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_claim(id: str, claim: str, source: str, paper: str, decision: Decision, statistic: str, scale: str,
+               evidence: str, decided_by: Mapping[str, Any], transform: Callable[[float], float] = lambda v: v
+               ) -> Claim:
+    """A :class:`Claim` from a rule's :class:`Decision`; ``transform`` maps the estimate and interval to the
+    scale they are shown on (e.g. ``math.exp`` for a log ratio)."""
+    est = decision.estimate
+    vals = (None, None, None) if est is None else tuple(transform(v) for v in (est.estimate, est.low, est.high))
+    needs = decision.reason if decision.verdict in (UNDECIDED, NOT_RUN) else ""
+    detail = decision.reason if decision.verdict in (REPRODUCED, NOT_REPRODUCED) and decision.reason else ""
+    return Claim(id, claim, source, paper, decision.verdict, statistic, *vals, seeds=0 if est is None else est.n,
+                 scale=scale, evidence=evidence + (f" ({detail})" if detail else ""), needs=needs,
+                 decided_by=dict(decided_by))
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{digits}g}"
+
+
+def statistic_text(c: Claim | Mapping[str, Any]) -> str:
+    """'<statistic> <estimate> [low, high], n seeds' (or 'n/a')."""
+    d = c.to_dict() if isinstance(c, Claim) else c
+    if d.get("estimate") is None:
+        return "n/a"
+    return (f"{d['statistic']} {fmt(d['estimate'])} (95 % interval {fmt(d['low'])}-{fmt(d['high'])}), "
+            f"{d['seeds']} seeds")
+
+
+def render(c: Claim | Mapping[str, Any]) -> str:
+    """One sentence: verdict, claim, statistic with interval and seeds, the scale that decided it, and what
+    it would take when undecided."""
+    d = c.to_dict() if isinstance(c, Claim) else c
+    text = f"{d['verdict'].capitalize()}: \"{d['claim']}\""
+    if d.get("estimate") is not None:
+        text += f". {statistic_text(d)}"
+    if d.get("scale"):
+        text += f"; at {d['scale']}"
+    if d.get("evidence"):
+        text += f". {d['evidence']}"
+    if d.get("needs"):
+        text += f". To decide: {d['needs']}"
+    return text + "."
