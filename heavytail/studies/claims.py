@@ -214,6 +214,29 @@ def seeds_needed(effect: float, sd: float, power: float = 0.8, level: float = LE
     return most + 1
 
 
+def tost_power(sd: float, n: int, margin: float = EQUIVALENCE_MARGIN, truth: float = 0.0, draws: int = 20000,
+               seed: int = 0) -> float:
+    """Power of :func:`equivalence_rule` to call equivalence when the true paired log ratio is ``truth``
+    (Monte Carlo over the sample mean and standard deviation of ``n`` normal seeds; fixed seed)."""
+    if n < 2 or sd <= 0:
+        return math.nan
+    rng = np.random.default_rng(seed)
+    mean = rng.normal(truth, sd / math.sqrt(n), draws)
+    s = sd * np.sqrt(rng.chisquare(n - 1, draws) / (n - 1))
+    half95 = stats.t.ppf(0.975, n - 1) * s / math.sqrt(n)
+    half90 = stats.t.ppf(0.95, n - 1) * s / math.sqrt(n)
+    equivalent = (np.abs(mean) + half90 < margin) & (np.abs(mean) <= half95)
+    return float(equivalent.mean())
+
+
+def seeds_needed_tost(sd: float, power: float = 0.8, margin: float = EQUIVALENCE_MARGIN, most: int = 200) -> int:
+    """The fewest seeds at which :func:`tost_power` (no true difference) reaches ``power``."""
+    for n in range(2, most + 1):
+        if tost_power(sd, n, margin) >= power:
+            return n
+    return most + 1
+
+
 def simulate(rule: Callable[[Sequence[float]], Decision], draw: Callable[[np.random.Generator], Sequence[float]],
              n_sims: int = 2000, seed: int = 0) -> dict[str, float]:
     """How often ``rule`` returns each verdict on ``n_sims`` synthetic studies drawn by ``draw(rng)``."""
@@ -310,3 +333,18 @@ def render(c: Claim | Mapping[str, Any]) -> str:
     if d.get("needs"):
         text += f". To decide: {d['needs']}"
     return text + "."
+
+
+def claims_table(found: Sequence[Claim | Mapping[str, Any]], title: str) -> dict[str, Any]:
+    """The claims as a table (heavytail.studies.tables): verdict badge, claim, statistic with interval and
+    seeds, the scale that decided it, the evidence and what would decide it."""
+    rows = []
+    for c in found:
+        d = c.to_dict() if isinstance(c, Claim) else c
+        rows.append({"verdict": {"text": d["verdict"], "bold": True, "color": VERDICT_COLORS[d["verdict"]]},
+                     "claim": d["claim"], "statistic (95 % interval)": statistic_text(d),
+                     "decided at": d.get("scale", ""),
+                     "evidence": d.get("evidence", "") + (f" To decide: {d['needs']}." if d.get("needs") else "")})
+    counts = {v: sum((c.to_dict() if isinstance(c, Claim) else c)["verdict"] == v for c in found) for v in VERDICTS}
+    return {"title": title, "columns": ["verdict", "claim", "statistic (95 % interval)", "decided at", "evidence"],
+            "rows": rows, "notes": ", ".join(f"{n} {v}" for v, n in counts.items() if n)}

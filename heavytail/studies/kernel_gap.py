@@ -9,40 +9,32 @@ S and subtracts a stored log-sum-exp, which loses every digit once |S| ~ 1e8. Th
 (``params/grid_gap_*.yaml``) separates the two by training softmax both through SDPA and through exact
 float32 (tiled) attention on the same data streams, next to the slower kernels, at several N and seeds.
 
-This module turns such a grid's run folders into small per-run summaries (:func:`run_summary`),
-aggregates them per (variant, N) across seeds (:func:`cells`), decides the three claims
-(:func:`findings`), and ships and reads the committed reference map (:func:`ship`, :func:`load_map`).
-Every ratio is eq. 36's median ratio to the sampling floor with eq. 37's bootstrap interval.
+This module turns such a grid's run folders into small per-run summaries (:func:`run_summary`) and
+aggregates them per (variant, N) across seeds (:func:`cells`); the claims are decided in
+:mod:`heavytail.studies.kernel_gap_claims`, the shipped maps are read through
+:mod:`heavytail.studies.reference_maps`. Every ratio is eq. 36's median ratio to the sampling floor with eq.
+37's bootstrap interval, read either at the common evaluation N (``at="common"``) or, for runs scored there
+too, at the run's own training N (``at="train"``).
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
 import math
-import platform
-import socket
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from heavytail.harness.artifacts import repo_root
-from heavytail.io import load_json, save_json
+from heavytail.harness.rundir import RunDir
+from heavytail.io import load_json
 from heavytail.names import BACKEND_LABELS, KERNEL_COLORS, KERNELS
-from heavytail.harness.rundir import RunDir, same_run
 
-REFERENCE_MAP = Path("outputs") / "reference" / "kernel_gap_map.json"
-MAP_GRID = Path("params") / "grid_gap_map.yaml"
 # The variants the claims compare: softmax through SDPA's flash-style backward, softmax through exact
 # float32 attention, and the slowest-growing kernel of Table 1.
 SOFTMAX_SDPA = ("softmax", "sdpa")
 SOFTMAX_EXACT = ("softmax", "tiled")
 LOG_ELU = ("log_elu", "auto")
 PAPER_N = 16384  # Table 3: the paper's training and evaluation N
-# Table 5 (sheared swap, mirrored Pareto, post-norm, no symlog, median): softmax collapsed, log-ELU 1.006.
-PAPER_POINTS = {"log_elu": 1.006, "squared_elu": 1.174, "linear_elu": 0.980, "softmax": None}
+AT = ("common", "train")  # where a ratio is read: the common evaluation N, or the run's own training N
 TRACE_KEYS = ("loss", "grad_norm", "collapsed_fraction")
 BLOCK_TRACE_KEYS = ("max_abs_score", "attn_entropy_ratio", "attn_max_weight", "qk_spectral_norm", "grad_norm")
 
@@ -161,9 +153,20 @@ class Cell:
     def ratios(self) -> list[float]:
         return [r["median"]["ratio"] for r in self.runs]
 
+    def ratios_at(self, at: str = "common") -> list[float]:
+        return [ratio_at(r, at) for r in self.runs]
+
     @property
     def median_ratio(self) -> float:
         return _median(self.ratios)
+
+    def collapsed_fraction(self, at: str = "train") -> list[float]:
+        """Per seed, the fraction of evaluation trials whose output collapsed (graded, App. I)."""
+        return [collapsed_fraction_at(r, at) for r in self.runs]
+
+    def collapsed_steps(self) -> list[float]:
+        """Per seed, the fraction of logged training steps whose batch had most trials collapsed."""
+        return [collapsed_steps(r) for r in self.runs]
 
     @property
     def skipped(self) -> list[int]:
@@ -175,6 +178,39 @@ class Cell:
 
     def by_seed(self) -> dict[int, Mapping[str, Any]]:
         return {r["config"]["seed"]: r for r in self.runs}
+
+
+def ratio_at(run: Mapping[str, Any], at: str = "common", stat: str = "median") -> float:
+    """The run's eq. 36 ratio at the common evaluation N, or at its training N (NaN when not scored there)."""
+    if at not in AT:
+        raise ValueError(f"at={at!r}; choose one of {AT}")
+    cfg = run["config"]
+    if at == "common" or cfg["n_points"] == cfg["eval_n_points"]:
+        return run[stat]["ratio"]
+    return (run.get("at_train_n") or {}).get(stat, {}).get("ratio", math.nan)
+
+
+def interval_at(run: Mapping[str, Any], at: str = "common") -> tuple[float, float, float]:
+    """(ratio, low, high) of eq. 36-37's median ratio at the common N or at the run's training N."""
+    cfg = run["config"]
+    if at == "common" or cfg["n_points"] == cfg["eval_n_points"]:
+        block = run["median"]
+    else:
+        block = (run.get("at_train_n") or {}).get("median", {})
+    return tuple(block.get(k, math.nan) for k in ("ratio", "low", "high"))
+
+
+def collapsed_fraction_at(run: Mapping[str, Any], at: str = "train") -> float:
+    cfg = run["config"]
+    if at == "common" or cfg["n_points"] == cfg["eval_n_points"]:
+        return run["collapse"]["fraction"]
+    return (run.get("at_train_n") or {}).get("collapse", {}).get("fraction", math.nan)
+
+
+def collapsed_steps(run: Mapping[str, Any]) -> float:
+    """Fraction of logged training steps whose batch had at least half its trials collapsed (NaN if none)."""
+    fr = [f for f in run.get("trace", {}).get("collapsed_fraction", []) if f is not None and math.isfinite(f)]
+    return sum(f >= 0.5 for f in fr) / len(fr) if fr else math.nan
 
 
 def _median(values: Sequence[float]) -> float:
@@ -194,14 +230,29 @@ def cells(runs: Iterable[Mapping[str, Any]]) -> dict[tuple[tuple[str, str], int]
     return {k: Cell(k[0], k[1], tuple(sorted(groups[k], key=lambda r: r["config"]["seed"]))) for k in keys}
 
 
-def paired_ratio(cs: Mapping[tuple, Cell], a: tuple[str, str], b: tuple[str, str], n: int) -> dict[int, float]:
+def paired_ratio(cs: Mapping[tuple, Cell], a: tuple[str, str], b: tuple[str, str], n: int,
+                 at: str = "common") -> dict[int, float]:
     """Per seed, the median ratio of variant ``a`` over variant ``b`` at training N ``n``. Runs with the same
     seed saw the same data streams (train.draw_batch), so the pair isolates the attention."""
     if (a, n) not in cs or (b, n) not in cs:
         return {}
     ra, rb = cs[(a, n)].by_seed(), cs[(b, n)].by_seed()
-    return {s: ra[s]["median"]["ratio"] / rb[s]["median"]["ratio"] for s in sorted(set(ra) & set(rb))
-            if rb[s]["median"]["ratio"] > 0}
+    out = {}
+    for s in sorted(set(ra) & set(rb)):
+        x, y = ratio_at(ra[s], at), ratio_at(rb[s], at)
+        if y > 0 and math.isfinite(x) and math.isfinite(y):
+            out[s] = x / y
+    return out
+
+
+def paired_difference(cs: Mapping[tuple, Cell], a: tuple[str, str], b: tuple[str, str], n: int,
+                      value) -> dict[int, float]:
+    """Per seed, ``value(run of a) - value(run of b)`` at training N ``n`` (e.g. a collapsed fraction)."""
+    if (a, n) not in cs or (b, n) not in cs:
+        return {}
+    ra, rb = cs[(a, n)].by_seed(), cs[(b, n)].by_seed()
+    out = {s: value(ra[s]) - value(rb[s]) for s in sorted(set(ra) & set(rb))}
+    return {s: v for s, v in out.items() if math.isfinite(v)}
 
 
 def sizes(cs: Mapping[tuple, Cell]) -> list[int]:
@@ -227,202 +278,28 @@ def table(cs: Mapping[tuple, Cell]) -> dict[str, Any]:
             "columns": ["variant", "N", "seeds", "median ratio (median over seeds)", "seed range",
                         "skipped steps per seed", "collapsed runs"], "rows": rows,
             "notes": "ratio: eq. 36 median ratio at evaluation N = "
-                     + ", ".join(sorted({str(c.runs[0]['config']['eval_n_points']) for c in cs.values()}))}
+                     + ", ".join(sorted({str(c.runs[0]['config']['eval_n_points']) for c in cs.values()}))
+                     + "; trials per step "
+                     + ", ".join(sorted({str(r['config']['trials_per_step']) for c in cs.values() for r in c.runs}))}
 
 
-# ------------------------------------------------------------------------------------ findings
-MIN_SEEDS = 3
-
-
-def _enough(cs, *keys) -> bool:
-    return all(k in cs and len(cs[k].runs) >= MIN_SEEDS for k in keys)
-
-
-def _range(values: Sequence[float]) -> str:
-    return f"{_median(values):.3g} (seeds {min(values):.3g}-{max(values):.3g})"
-
-
-def gap_grows(cs: Mapping[tuple, Cell]) -> tuple[str, str]:
-    """'The kernel gap grows with N': softmax (SDPA) over log-ELU, paired by seed, is larger at the largest N
-    than at the smallest, never shrinks between consecutive N, and exceeds 1 on every seed at the largest N."""
-    ns = [n for n in sizes(cs) if _enough(cs, (SOFTMAX_SDPA, n), (LOG_ELU, n))]
-    if len(ns) < 2:
-        return "not run", (f"needs softmax (SDPA) and log-ELU with >= {MIN_SEEDS} seeds at two or more N; "
-                           f"have N = {ns}")
-    gaps = {n: paired_ratio(cs, SOFTMAX_SDPA, LOG_ELU, n) for n in ns}
-    med = [_median(list(gaps[n].values())) for n in ns]
-    grows = med[-1] > med[0] and all(b >= a for a, b in zip(med, med[1:]))
-    every = all(g > 1 for g in gaps[ns[-1]].values())
-    evidence = "softmax (SDPA) / log-ELU median ratio: " + "; ".join(
-        f"N = {n}: {_range(list(gaps[n].values()))}" for n in ns)
-    evidence += (f". At N = {ns[-1]} softmax is worse than log-ELU on "
-                 f"{sum(g > 1 for g in gaps[ns[-1]].values())} of {len(gaps[ns[-1]])} seeds")
-    return ("reproduced" if grows and every else "not reproduced"), evidence
-
-
-def gap_numerical(cs: Mapping[tuple, Cell]) -> tuple[str, str]:
-    """'Softmax's gap is (partly) numerical': at the largest N with both, exact float32 softmax ends below
-    softmax through SDPA on every seed (same data streams), and SDPA skipped more non-finite steps."""
-    ns = [n for n in sizes(cs) if _enough(cs, (SOFTMAX_SDPA, n), (SOFTMAX_EXACT, n))]
-    if not ns:
-        return "not run", f"needs softmax through SDPA and through exact float32 with >= {MIN_SEEDS} seeds at one N"
-    n = ns[-1]
-    pair = paired_ratio(cs, SOFTMAX_SDPA, SOFTMAX_EXACT, n)
-    sdpa, exact = cs[(SOFTMAX_SDPA, n)], cs[(SOFTMAX_EXACT, n)]
-    better = sum(p > 1 for p in pair.values())
-    holds = better == len(pair) and sum(sdpa.skipped) > sum(exact.skipped)
-    evidence = (f"N = {n}: softmax SDPA / exact median ratio {_range(list(pair.values()))}; exact lower on "
-                f"{better} of {len(pair)} seeds; skipped steps SDPA {sdpa.skipped} vs exact {exact.skipped}")
-    if _enough(cs, (LOG_ELU, n)):
-        rest = paired_ratio(cs, SOFTMAX_EXACT, LOG_ELU, n)
-        evidence += f"; exact softmax / log-ELU {_range(list(rest.values()))}"
-        if holds:
-            closes = all(r <= 1 for r in rest.values())
-            evidence += (" (the exact path closes the whole gap to log-ELU)" if closes
-                         else " (part of the gap to log-ELU remains with exact attention)")
-    others = [m for m in ns[:-1]]
-    for m in others:
-        p = paired_ratio(cs, SOFTMAX_SDPA, SOFTMAX_EXACT, m)
-        evidence += f"; N = {m}: SDPA / exact {_range(list(p.values()))}"
-    return ("reproduced" if holds else "not reproduced"), evidence
-
-
-def softmax_collapses(cs: Mapping[tuple, Cell]) -> tuple[str, str]:
-    """'Softmax collapses at CPU scale': some softmax cell (either path) has most of its seeds collapsed."""
-    soft = [c for (v, _), c in cs.items() if v[0] == "softmax"]
-    if not soft:
-        return "not run", "no softmax runs"
-    hit = [c for c in soft if sum(c.collapsed) * 2 > len(c.runs) and len(c.runs) >= MIN_SEEDS]
-    runs = [r for c in soft for r in c.runs]
-    n_coll = sum(r["collapse"]["label"] == "collapse" for r in runs)
-    extent = map_extent(runs)
-    evidence = f"{n_coll} of {len(runs)} softmax runs collapsed ({extent})"
-    if hit:
-        evidence += "; collapsed cells: " + ", ".join(f"{variant_name(c.variant)} at N = {c.n_points} "
-                                                      f"({sum(c.collapsed)} of {len(c.runs)} seeds)" for c in hit)
-    return ("reproduced" if hit else "not reproduced"), evidence
-
-
-def against_map(own: Sequence[Mapping[str, Any]], map_runs: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
-    """Relative difference of the median ratio (eq. 36), ``|own / map - 1|``, per kernel, for every run of
-    ``own`` whose configuration is the same run as one of the map's (:func:`heavytail.harness.rundir.same_run`: a key
-    added since the map was made, at its default, is no difference)."""
-    out: dict[str, list[float]] = {}
-    for r in own:
-        twin = next((m for m in map_runs if same_run(m["config"], r["config"])), None)
-        if twin is not None:
-            out.setdefault(r["config"]["kernel"], []).append(abs(r["median"]["ratio"] / twin["median"]["ratio"] - 1))
-    return out
+def span(runs: Sequence[Mapping[str, Any]], key: str) -> str:
+    vals = sorted({r["config"][key] for r in runs})
+    return str(vals[0]) if len(vals) == 1 else "{" + ", ".join(map(str, vals)) + "}"
 
 
 def map_extent(runs: Sequence[Mapping[str, Any]]) -> str:
-    """The region of settings the runs cover, in words."""
-    def span(key):
-        vals = sorted({r["config"][key] for r in runs})
-        return str(vals[0]) if len(vals) == 1 else "{" + ", ".join(map(str, vals)) + "}"
-    seeds = sorted({r["config"]["seed"] for r in runs})
-    return (f"N in {span('n_points')}, {span('steps')} steps, lr {span('lr')}, D = {span('d_model')}, "
-            f"{span('n_blocks')} {span('norm')}-norm blocks, {span('benchmark')} on {span('marginals')}, "
-            f"precision {span('precision')}, seeds {seeds}")
-
-
-# Where notebook 07 shows what decides each claim: (section heading, figures).
-DECIDED_BY = {
-    "gap-grows-with-n": ("The gap against N", ["gap_vs_n"]),
-    "gap-is-numerical": ("The numerics behind it", ["numerics_vs_n", "gap_vs_n"]),
-    "softmax-collapses-cpu": ("Collapse precursors over training (App. I)", ["precursors"]),
-}
-
-CLAIMS = (
-    ("gap-grows-with-n", "The kernel gap grows with N: softmax's ratio over log-ELU's rises with the training N",
-     "Sec. 4.2, App. A", "softmax collapses at N = 16384 while log-ELU reaches 1.006 (Table 5)", gap_grows),
-    ("gap-is-numerical", "Softmax's gap is (partly) numerical: exact float32 softmax beats softmax through SDPA",
-     "Sec. 5, App. E.4", "not tested: the paper trained softmax only through FlashAttention (bf16)", gap_numerical),
-    ("softmax-collapses-cpu", "Softmax collapses at CPU scale (post-norm, heavy-tailed sheared swap)",
-     "Sec. 4.2, App. I", "collapse after ~3,500 of 50,000 steps at N = 16384, D = 256, 6 blocks", softmax_collapses),
-)
-
-
-def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The three kernel-gap claims, each 'reproduced' / 'not reproduced' / 'not run', with the evidence
-    computed from ``runs`` (the same record format as :func:`heavytail.studies.summary.findings`)."""
-    cs = cells(runs)
-    out = []
-    for cid, claim, source, paper, check in CLAIMS:
-        verdict, evidence = check(cs)
-        section, figures = DECIDED_BY[cid]
-        out.append({"id": cid, "claim": claim, "source": source, "paper": paper, "verdict": verdict,
-                    "evidence": evidence, "n_needed": 0, "n_missing": 0,
-                    "decided_by": {"notebook": "07_kernel_gap", "section": section, "figures": figures}})
-    return out
-
-
-# ------------------------------------------------------------------------------------ shipping
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", *args], cwd=repo_root(), capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def ship(grid_dir: str | Path, grid_file: str | Path, out: str | Path, command: str,
-         extra_grids: Mapping[str, str | Path] | None = None, commit: str | None = None) -> Path:
-    """Write the grid's per-run summaries with provenance to ``out`` (no checkpoints, no weights)."""
-    runs = collect(grid_dir)
+    """The region of settings the runs cover, in words: N, trials per step, evaluation N among them."""
     if not runs:
-        raise ValueError(f"{grid_dir} holds no finished configuration (no grid.json, or none ok)")
-    import os
-
-    payload = {
-        "provenance": {
-            "commit": commit or _git("rev-parse", "HEAD"),
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "machine": f"{socket.gethostname()}: {os.cpu_count()} cores, {_cpu()}, {platform.platform()}",
-            "command": command, "grid_file": str(grid_file),
-        },
-        "runs": runs,
-        "extra": {name: collect(d) for name, d in (extra_grids or {}).items()},
-    }
-    return save_json(payload, out)
+        return "no runs"
+    seeds = sorted({r["config"]["seed"] for r in runs})
+    tps = span(runs, "trials_per_step")
+    at_train = any(r.get("at_train_n") for r in runs)
+    return (f"training N in {span(runs, 'n_points')}, {tps} trial{'s' if tps != '1' else ''} per step, "
+            f"{span(runs, 'steps')} steps, lr {span(runs, 'lr')}, D = {span(runs, 'd_model')}, "
+            f"{span(runs, 'n_blocks')} {span(runs, 'norm')}-norm blocks, {span(runs, 'benchmark')} on "
+            f"{span(runs, 'marginals')}, precision {span(runs, 'precision')}, evaluated at N = "
+            f"{span(runs, 'eval_n_points')} ({span(runs, 'eval_trials')} trials)"
+            + (" and at each run's training N" if at_train else "") + f", seeds {seeds}")
 
 
-def load_map(path: str | Path | None = None) -> dict[str, Any] | None:
-    """The shipped reference map (None when absent)."""
-    path = Path(path) if path is not None else repo_root() / REFERENCE_MAP
-    return load_json(path) if path.is_file() else None
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m heavytail.studies.kernel_gap",
-                                     description="Ship a kernel-gap grid's per-run summaries as the reference map.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("ship", help="write outputs/reference/kernel_gap_map.json from a finished map grid")
-    p.add_argument("grid_dir", help="the grid's output folder, e.g. outputs/grid-gap-map")
-    p.add_argument("--grid", default=str(MAP_GRID), help="the grid file it ran (default: %(default)s)")
-    p.add_argument("--output", default=str(REFERENCE_MAP), help="where to write (default: %(default)s)")
-    p.add_argument("--lr-probe", default=None, help="also ship this learning-rate probe grid folder")
-    p.add_argument("--commit", default=None, help="the commit the runs were produced at (default: HEAD)")
-    args = parser.parse_args(argv)
-    try:
-        extra = {"lr_probe": args.lr_probe} if args.lr_probe else None
-        path = ship(args.grid_dir, args.grid, args.output, "python -m heavytail.studies.kernel_gap " + " ".join(
-            argv if argv is not None else sys.argv[1:]), extra, args.commit)
-    except (ValueError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,8 +7,10 @@ import math
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, NullFormatter
 import numpy as np
 
+from heavytail.names import KERNELS
 from heavytail.studies import kernel_gap as G
 
 _JITTER = 0.035  # seeds side by side on the log-N axis
@@ -18,17 +20,18 @@ def _seed_offsets(n_seeds: int) -> np.ndarray:
     return (np.arange(n_seeds) - (n_seeds - 1) / 2) * _JITTER
 
 
-def _draw_cells(ax, cs, style: str, offset: float = 0.0) -> None:
+def _draw_cells(ax, cs, style: str, offset: float = 0.0, at: str = "common") -> None:
     for v in G.variants(cs):
         ns = [n for n in G.sizes(cs) if (v, n) in cs]
         color = G.variant_color(v)
-        ax.plot(ns, [cs[(v, n)].median_ratio for n in ns], style, color=color, lw=1.8)
+        ax.plot(ns, [G._median(cs[(v, n)].ratios_at(at)) for n in ns], style, color=color, lw=1.8)
         for n in ns:
             c = cs[(v, n)]
             xs = n * 10 ** (_seed_offsets(len(c.runs)) + offset)
-            lo = [r["median"]["ratio"] - r["median"]["low"] for r in c.runs]
-            hi = [r["median"]["high"] - r["median"]["ratio"] for r in c.runs]
-            ax.errorbar(xs, c.ratios, yerr=[lo, hi], fmt="o" if style == "-" else "s", ms=3.5, color=color,
+            stats = [G.interval_at(r, at) for r in c.runs]
+            lo = [m - lo_ for m, lo_, _ in stats]
+            hi = [hi_ - m for m, _, hi_ in stats]
+            ax.errorbar(xs, [m for m, _, _ in stats], yerr=[lo, hi], fmt="o" if style == "-" else "s", ms=3.5, color=color,
                         mfc=color if style == "-" else "white", elinewidth=0.8, capsize=1.5, alpha=0.85, lw=0)
 
 
@@ -39,17 +42,30 @@ def _legend(fig, variants, sources) -> None:
     handles = [Line2D([], [], color=G.variant_color(v), lw=2.5, label=G.variant_name(v)) for v in variants]
     handles += [Line2D([], [], color="0.3", ls=style, marker="o" if style == "-" else "s",
                        mfc="0.3" if style == "-" else "white", label=label) for style, label in sources]
-    handles.append(Line2D([], [], color="w", marker="*", mfc="0.5", mec="k", ms=12,
-                          label="paper, N = 16384 (Table 5)"))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, -0.01))
 
 
-def gap_figure(own: Sequence[Mapping], shipped: Sequence[Mapping] = (), shipped_label: str = "shipped map"):
+def _paper_points() -> dict[str, str | dict]:
+    """Table 5's median ratios (sheared swap, mirrored Pareto, post-norm, no symlog), as the paper prints them."""
+    from heavytail.studies.summary import paper_value
+
+    out = {}
+    for k in KERNELS:
+        try:
+            out[k] = paper_value("sheared_swap", "mirrored_pareto", "post", k, False, "median")
+        except (KeyError, ValueError, IndexError):
+            continue  # a kernel the paper did not train
+    return out
+
+
+def gap_figure(own: Sequence[Mapping], shipped: Sequence[Mapping] = (), shipped_label: str = "shipped map",
+               at: str = "common"):
     """(a) each variant's median ratio to the floor against training N, seeds as points with their eq. 37
     bootstrap intervals and the median over seeds as a line; (b) softmax over log-ELU per seed (same data
-    streams), through SDPA and through exact float32 attention. The paper's N = 16384 is marked."""
-    fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(13, 5.2))
+    streams), through SDPA and through exact float32 attention; (c) the paper's Table 5 values at its own
+    scale, in a panel of their own: N = 16384 with 50,000 steps and D = 256 is not a point on our curves."""
+    fig, (ax_a, ax_b, ax_c) = plt.subplots(1, 3, figsize=(14, 5.2), gridspec_kw={"width_ratios": [5, 5, 1.3]})
     sources = []
     if own:
         sources.append((G.cells(own), "-", "this report (filled, solid)", 0.0))
@@ -59,38 +75,142 @@ def gap_figure(own: Sequence[Mapping], shipped: Sequence[Mapping] = (), shipped_
     for cs, style, _, off in sources:
         all_n |= set(G.sizes(cs))
         all_v |= set(G.variants(cs))
-        _draw_cells(ax_a, cs, style, off)
+        _draw_cells(ax_a, cs, style, off, at)
         for v in (G.SOFTMAX_SDPA, G.SOFTMAX_EXACT):
-            ns = [n for n in G.sizes(cs) if G.paired_ratio(cs, v, G.LOG_ELU, n)]
+            ns = [n for n in G.sizes(cs) if G.paired_ratio(cs, v, G.LOG_ELU, n, at)]
             if not ns:
                 continue
-            pairs = [G.paired_ratio(cs, v, G.LOG_ELU, n) for n in ns]
+            pairs = [G.paired_ratio(cs, v, G.LOG_ELU, n, at) for n in ns]
             ax_b.plot(ns, [G._median(list(p.values())) for p in pairs], style, color=G.variant_color(v), lw=1.8)
             for n, p in zip(ns, pairs):
                 xs = n * 10 ** (_seed_offsets(len(p)) + off)
                 ax_b.plot(xs, list(p.values()), "o" if style == "-" else "s", ms=4, color=G.variant_color(v),
                           mfc=G.variant_color(v) if style == "-" else "white", alpha=0.85)
-    for kernel, value in G.PAPER_POINTS.items():
-        if value is not None and any(v[0] == kernel for v in all_v):
-            ax_a.plot([G.PAPER_N], [value], "*", ms=13, color=G.variant_color((kernel, "auto")), mec="k", mew=0.6)
     ax_b.axhline(1.0, color="k", lw=0.8, ls=":")
     for ax in (ax_a, ax_b):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("training ensemble size N")
         ax.grid(alpha=0.3, which="both")
-        ax.set_xlim(min(all_n | {256}) / 1.6, G.PAPER_N * 1.6)
-    # Softmax collapsed at the paper's N, so its ratio over log-ELU has no finite value: an arrow off the top.
-    for ax in (ax_a, ax_b):
-        ax.annotate("paper: softmax\ncollapsed", xy=(G.PAPER_N, 1.0), xycoords=("data", "axes fraction"),
-                    xytext=(G.PAPER_N, 0.80), textcoords=("data", "axes fraction"), ha="center", fontsize=8,
-                    color="tab:red", arrowprops=dict(arrowstyle="->", color="tab:red", lw=1.2))
-    ax_a.set_ylabel("median energy distance / floor (eq. 36)")
+        if all_n:
+            ax.set_xlim(min(all_n) / 1.6, max(all_n) * 1.6)
+    where = "the common evaluation N" if at == "common" else "each run's training N"
+    ax_a.set_ylabel(f"median energy distance / floor (eq. 36), at {where}")
     ax_a.set_title("(a) each variant's ratio to the sampling floor", fontsize=10)
     ax_b.set_ylabel("softmax ratio / log-ELU ratio, per seed")
     ax_b.set_title("(b) the softmax / log-ELU gap (> 1: softmax worse)", fontsize=10)
+    paper = _paper_points()
+    for kernel, value in paper.items():
+        text = value["text"] if isinstance(value, dict) else value
+        color = G.variant_color((kernel, "auto"))
+        if text == "collapse":
+            ax_c.annotate("collapsed", xy=(0, 1), xycoords=("data", "axes fraction"), xytext=(0, 0.9),
+                          textcoords=("data", "axes fraction"), ha="center", color=color, fontsize=8,
+                          arrowprops=dict(arrowstyle="->", color=color))
+        else:
+            ax_c.plot([0], [float(text)], "*", ms=12, color=color, mec="k", mew=0.6)
+            ax_c.annotate(f"{kernel} {text}", (0.08, float(text)), fontsize=7, va="center")
+    ax_c.set_xlim(-0.5, 1.5)
+    ax_c.set_xticks([])
+    ax_c.set_yscale("log")
+    ax_c.set_ylim(0.8, 2.0)
+    ax_c.set_title("(c) the paper, Table 5:\nN = 16384, 50,000 steps,\nD = 256, 6 blocks", fontsize=8)
     _legend(fig, sorted(all_v, key=G._order), [(style, label) for _, style, label, _ in sources])
     fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+def growth_figure(runs: Sequence[Mapping], at: str = "common"):
+    """Per seed, how much each variant's gap to log-ELU changes per doubling of N (the statistic of
+    :func:`heavytail.studies.claims.growth_rule`), with the mean over seeds and its 95 % t interval."""
+    from heavytail.studies import claims as C
+    from heavytail.studies.kernel_gap_claims import growth
+
+    cs = G.cells(runs)
+    rows = [v for v in G.variants(cs) if v != G.LOG_ELU]
+    fig, ax = plt.subplots(figsize=(8, 0.7 + 0.65 * max(1, len(rows))))
+    for i, v in enumerate(rows):
+        d, slopes = growth(cs, v, G.LOG_ELU, at)
+        if not slopes:
+            continue
+        ys = i + _seed_offsets(len(slopes)) * 4
+        ax.plot(np.exp(list(slopes.values())), ys, "o", ms=4, color=G.variant_color(v), alpha=0.6)
+        e = d.estimate
+        if e is not None and e.n > 1:
+            ax.errorbar([math.exp(e.estimate)], [i], xerr=[[math.exp(e.estimate) - math.exp(e.low)],
+                                                          [math.exp(e.high) - math.exp(e.estimate)]],
+                        fmt="D", color="k", ms=6, capsize=4, lw=1.5)
+        ax.annotate(d.verdict, (1.0, i + 0.3), xycoords=("axes fraction", "data"), ha="right", fontsize=8,
+                    color=C.VERDICT_COLORS[d.verdict])
+    ax.axvline(1.0, color="k", lw=0.8, ls=":")
+    ax.axvspan(1 / math.exp(C.GROWTH_MARGIN), math.exp(C.GROWTH_MARGIN), color="0.85", zorder=0,
+               label=f"no growth of practical size (< x{math.exp(C.GROWTH_MARGIN):.2f} per doubling)")
+    ax.set_yticks(range(len(rows)), [G.variant_name(v) + " / log-ELU" for v in rows], fontsize=8)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"x{v:.3g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.set_xlabel("change of the gap per doubling of N (dots: seeds; diamond: mean, 95 % t interval)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3, axis="x", which="both")
+    fig.tight_layout()
+    return fig
+
+
+def collapse_figure(runs: Sequence[Mapping]):
+    """Collapse as a graded outcome against N: (a) the share of evaluation trials whose output collapsed, at
+    each run's training N; (b) the share of logged training steps whose batch collapsed. One point per seed."""
+    cs = G.cells(runs)
+    fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(12, 3.8))
+    for i, v in enumerate(G.variants(cs)):
+        color = G.variant_color(v)
+        for n in G.sizes(cs):
+            if (v, n) not in cs:
+                continue
+            c = cs[(v, n)]
+            xs = n * 10 ** (_seed_offsets(len(c.runs)) + (i - 2) * 0.02)
+            first = n == min(m for w, m in cs if w == v)
+            ax_a.plot(xs, c.collapsed_fraction("train"), "o", color=color, ms=4, alpha=0.8,
+                      label=G.variant_name(v) if first else None)
+            ax_b.plot(xs, c.collapsed_steps(), "o", color=color, ms=4, alpha=0.8)
+    for ax in (ax_a, ax_b):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training ensemble size N")
+        ax.set_ylim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+    ax_a.set_ylabel("share of evaluation trials collapsed")
+    ax_b.set_ylabel("share of logged steps with a collapsed batch")
+    ax_a.set_title("(a) evaluation at the training N", fontsize=10)
+    ax_b.set_title("(b) over training", fontsize=10)
+    ax_a.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def long_figure(runs: Sequence[Mapping]):
+    """Softmax for longer: the collapsed fraction of each logged training batch against steps (rolling median
+    over 5 logged steps), one panel per learning rate, one line per run, coloured by variant."""
+    from heavytail.science.collapse import rolling_median
+
+    lrs = sorted({r["config"]["lr"] for r in runs})
+    fig, axes = plt.subplots(1, max(1, len(lrs)), figsize=(6 * max(1, len(lrs)), 3.8), sharey=True, squeeze=False)
+    seen = set()
+    for ax, lr in zip(axes[0], lrs):
+        for r in (r for r in runs if r["config"]["lr"] == lr):
+            v = G.variant(r["config"])
+            steps = r["trace"]["step"]
+            fr = [math.nan if f is None else f for f in r["trace"]["collapsed_fraction"]]
+            if not steps:
+                continue
+            ax.plot(steps, rolling_median(fr, 5), color=G.variant_color(v), lw=1, alpha=0.8,
+                    label=G.variant_name(v) if v not in seen else None)
+            seen.add(v)
+        ax.set_title(f"lr {lr:g}", fontsize=10)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("collapsed share of the training batch")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
     return fig
 
 
