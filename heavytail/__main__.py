@@ -13,12 +13,13 @@ _COMMANDS = {
     "evaluate": ("heavytail.harness.evaluate", "Evaluate a finished run: 128-trial ratios, floors, Hill diagnostics."),
     "report": ("heavytail.pipeline.report", "Execute the notebooks with papermill and render the HTML report."),
     "grid": ("heavytail.pipeline.grid", "Run every configuration of a grid file (local workers or SLURM)."),
+    "ship-map": ("heavytail.studies.reference_maps", "Ship a grid's finished per-run summaries as a reference map."),
 }
 
 
 def _usage() -> str:
     lines = ["usage: python -m heavytail <command> [options]", "", "commands:"]
-    lines += [f"  {name:<9} {help_}" for name, (_, help_) in _COMMANDS.items()]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in _COMMANDS.items()]
     return "\n".join(lines)
 
 
