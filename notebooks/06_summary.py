@@ -30,7 +30,7 @@
 
 # %% tags=["parameters"]
 grid_dir = "outputs/grid-cpu"  # the grid's output folder <output_root>/<grid name>/ (params/grid_cpu.yaml: name grid-cpu)
-gap_grid_dir = None  # the kernel-gap grid's folder (params/grid_gap_cpu.yaml); its claims join the findings
+gap_grid_dir = None  # the kernel-gap grid's folder (params/grid_gap_cpu.yaml): with it, the kernel-gap claims join
 report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner: where this notebook's figures and tables go
 filters = {}  # optional {RunConfig key: value} to select runs when a grid varies more than the ablation axes
@@ -39,12 +39,15 @@ paper_grid_file = "params/grid_paper.yaml"  # the grid at the paper's scale (Tab
 # %%
 from pathlib import Path
 
-from IPython.display import HTML, Markdown, display
+from IPython.display import Markdown, display
 
-from heavytail.studies import kernel_gap
+from heavytail.harness.artifacts import artifacts, repo_root
+from heavytail.studies import claims as C
+from heavytail.studies import kernel_gap_claims
+from heavytail.studies import reference_maps as R
 from heavytail.studies import summary as S
 from heavytail.studies import summary_plots as P
-from heavytail.harness.artifacts import artifacts, repo_root
+from heavytail.studies import tables
 
 root = repo_root()
 grid_path = Path(grid_dir) if Path(grid_dir).is_absolute() else root / grid_dir
@@ -52,10 +55,7 @@ art = artifacts("06_summary", report=report, output_root=output_root)
 
 
 def show(table, name=None):
-    """Display a table as HTML (bold via <b>) and save it as CSV under this notebook's artifacts."""
-    display(HTML(S.to_html(table)))
-    if name:
-        art.save_table(f"{name}.csv", S.records(table))
+    tables.show(table, art, name)
 
 
 def save(fig, name):
@@ -203,17 +203,16 @@ for benchmark in ("sheared_swap", "matrix_inverse"):
 # ## Findings of Sections 4.2 and 5 at this scale
 #
 # Each claim is checked on the configurations it speaks about, with the definitions above; a claim with any
-# of its configurations missing is "not run", and its evidence still shows what the present runs say. The
-# kernel-gap claims (notebook 07, three seeds per cell) come first.
+# of its configurations missing is "not run", one with fewer seeds than its rule needs is "undecided at this
+# power", and the evidence still shows what the present runs say. The kernel-gap claims (notebook 07) come
+# first: they are decided on the shipped one-trial-per-step map, with eight seeds per cell.
 
 # %%
 found = S.findings(aggs)
 if gap_grid_dir is not None:
-    # The kernel-gap claims (notebook 07) are decided on that grid's runs, seeds paired by data stream. They
-    # come first: they are the paper's question at this scale, with three seeds per cell against the
-    # ablation's one.
-    found = kernel_gap.findings(kernel_gap.collect(Path(gap_grid_dir) if Path(gap_grid_dir).is_absolute()
-                                                   else root / gap_grid_dir)) + found
+    design = R.source("gap-design")
+    if design.runs:
+        found = kernel_gap_claims.findings(design.runs) + found
 show(S.findings_table(found), "findings")
 _ = art.save_table("claims.json", found)  # the landing page lists these (heavytail.pipeline.landing)
 
@@ -221,7 +220,7 @@ _ = art.save_table("claims.json", found)  # the landing page lists these (heavyt
 # ## In plain words
 
 # %%
-counts = {v: sum(f["verdict"] == v for f in found) for v in ("reproduced", "not reproduced", "not run")}
+counts = {v: sum(f["verdict"] == v for f in found) for v in C.VERDICTS}
 scale_rows = S.scale_table(runs)["rows"]
 scale = {r["setting"]: r["this grid"] for r in scale_rows}
 paper = {r["setting"]: r["paper (Table 3)"] for r in scale_rows}
@@ -231,10 +230,12 @@ else:
     lines = [f"From {len(runs)} evaluated runs ({len(aggs)} configurations) at N = {scale['n_points']} training points, "
              f"{scale['steps']} steps and model width {scale['d_model']} "
              f"(the paper: N = {paper['n_points']}, {paper['steps']} steps, width {paper['d_model']}), "
-             f"of the paper's {len(found)} claims checked, {counts['reproduced']} reproduced, {counts['not reproduced']} "
-             f"did not, and {counts['not run']} could not be checked because configurations are missing."]
+             f"of the paper's {len(found)} claims checked, {counts[C.REPRODUCED]} reproduced, "
+             f"{counts[C.NOT_REPRODUCED]} did not, {counts[C.UNDECIDED]} are undecided at this power (too few "
+             f"seeds to separate training runs), and {counts[C.NOT_RUN]} could not be checked because "
+             "configurations are missing."]
 lines += S.findings_text(found)
-if counts["not run"] or counts["not reproduced"]:
+if counts[C.NOT_RUN] or counts[C.NOT_REPRODUCED] or counts[C.UNDECIDED]:
     lines.append(f"Claims not run or not reproduced here are what the paper-scale grid ({paper_grid_file}) is for; "
                  "a result at a smaller scale neither confirms nor refutes the paper's.")
 display(Markdown("\n\n".join(lines)))

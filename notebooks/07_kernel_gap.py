@@ -165,7 +165,7 @@ if own and design:
     show(check, art, "cross_check")
     verdict = {True: "agree with", False: "differ from", None: "could not be compared with"}[check["agree"]]
     display(Markdown(f"**This report's runs {verdict} the map's runs of the same configurations** "
-                     "(no cell's Holm-adjusted p below 0.05)." if check["agree"] else
+                     "(stratified rank-sum test, p >= 0.05)." if check["agree"] else
                      f"**This report's runs {verdict} the map's runs of the same configurations.**"))
 
 # %% [markdown]

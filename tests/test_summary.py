@@ -65,7 +65,20 @@ def paper_like_grid(changes=None):
 
 
 def verdicts(runs):
-    return {f["id"]: f["verdict"] for f in S.findings(S.aggregate(runs))}
+    # The comparison logic on one-seed grids: min_seeds=1 lifts the seed requirement that the default applies
+    return {f["id"]: f["verdict"] for f in S.findings(S.aggregate(runs), min_seeds=1)}
+
+
+def test_one_seed_per_configuration_is_undecided_never_not_reproduced():
+    found = {f["id"]: f for f in S.findings(S.aggregate(paper_like_grid()))}
+    decided = {k: f["verdict"] for k, f in found.items() if f["verdict"] != "not run"}
+    assert decided and set(decided.values()) == {"undecided at this power"}
+    f = found["softmax-collapses-sheared_swap"]
+    assert "seeds per configuration (here 1)" in f["needs"] and "1 seed(s) per configuration" in f["scale"]
+    # the same grid with five seeds per configuration is decided
+    five = [S.run_from_results(dict(r.results, config=dict(r.config, seed=s)))
+            for r in paper_like_grid() for s in range(5)]
+    assert {f["verdict"] for f in S.findings(S.aggregate(five))} <= {"reproduced", "not reproduced", "not run"}
 
 
 # ------------------------------------------------------------------------------------------ findings
@@ -82,7 +95,7 @@ def test_a_healthy_softmax_is_not_a_reproduced_collapse():
     assert v["slower-lower-than-softmax-sheared_swap"] == "not reproduced"
     assert v["softmax-collapses-matrix_inverse"] == "reproduced"
     found = {f["id"]: f for f in S.findings(S.aggregate(paper_like_grid(
-        {("sheared_swap", "mirrored_pareto", "softmax", False): dict(ratio=0.9, collapsed=False)})))}
+        {("sheared_swap", "mirrored_pareto", "softmax", False): dict(ratio=0.9, collapsed=False)})), min_seeds=1)}
     # "the slower kernels avoid collapse" still holds, but the contrast with softmax must not be implied
     assert "Softmax did not collapse here either" in found["slower-avoid-collapse-sheared_swap"]["evidence"]
     assert "Softmax did not collapse" not in found["slower-avoid-collapse-matrix_inverse"]["evidence"]
@@ -90,7 +103,7 @@ def test_a_healthy_softmax_is_not_a_reproduced_collapse():
 
 def test_missing_configurations_are_not_run_and_the_rest_still_judged():
     runs = [r for r in paper_like_grid() if not (r.config["kernel"] == "log_elu" and r.config["benchmark"] == "matrix_inverse")]
-    found = {f["id"]: f for f in S.findings(S.aggregate(runs))}
+    found = {f["id"]: f for f in S.findings(S.aggregate(runs), min_seeds=1)}
     assert found["slower-avoid-collapse-matrix_inverse"]["verdict"] == "not run"
     assert found["symlog-lowers-slower-matrix_inverse"]["n_missing"] == 2
     assert found["slower-avoid-collapse-sheared_swap"]["verdict"] == "reproduced"
@@ -260,9 +273,11 @@ def test_the_summary_builds_its_tables_from_two_tiny_finished_runs(tiny_grid):
         assert cell["bold"] == (med["bold"] and not cell["collapse"])
         hill = S.hill_table(aggs, "sheared_swap", 1)["rows"][S.KERNELS.index(kernel)]["mirrored Pareto / none"]
         assert hill["E"] == res["hill"]["axes"]["1"]["E"]
-    found = {f["id"]: f for f in S.findings(aggs)}
+    found = {f["id"]: f for f in S.findings(aggs, min_seeds=1)}
     softmax_collapsed = by_kernel["softmax"]["collapse"]["label"] == "collapse"
     assert found["softmax-collapses-sheared_swap"]["verdict"] == ("reproduced" if softmax_collapsed else "not reproduced")
+    assert {f["id"]: f for f in S.findings(aggs)}["softmax-collapses-sheared_swap"]["verdict"] == \
+        "undecided at this power"
     assert found["slower-avoid-collapse-sheared_swap"]["verdict"] == "not run"
     assert {f["verdict"] for k, f in found.items() if k != "softmax-collapses-sheared_swap"} == {"not run"}
     scale = {r["setting"]: r["this grid"] for r in S.scale_table(got.runs)["rows"]}

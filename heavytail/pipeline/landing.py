@@ -33,10 +33,10 @@ from urllib.parse import quote, unquote
 
 from heavytail.harness.artifacts import CONCLUSION_FILE
 from heavytail.io import atomic_write_text
+from heavytail.studies.claims import VERDICTS, statistic_text  # the one list of verdict states
 
 CLAIMS_FILE = "claims.json"  # a list of claims a notebook checked; see :func:`heavytail.studies.summary.findings`
 SCALE_FILE = "scale.csv"  # columns: setting, this run's value(s), the paper's value
-VERDICTS = ("reproduced", "not reproduced", "not run")
 TABLE_SUFFIXES = (".csv", ".json")
 NOT_REPORT_ITEMS = {CONCLUSION_FILE}  # read by this page, not offered as a table
 
@@ -59,7 +59,7 @@ th { border-bottom: 2px solid #57606a; }
 .badge { display: inline-block; font-weight: 600; font-size: .85em; padding: 0 .5em; border-radius: 1em;
          border: 1px solid currentColor; white-space: nowrap; }
 .v-reproduced, .s-ok, .s-skipped-done { color: var(--ok); } .v-not-reproduced, .s-failed { color: var(--bad); }
-.v-not-run, .s-skipped, .s-pending { color: var(--mute); } .s-running, .s-submitted { color: var(--warn); }
+.v-not-run, .s-skipped, .s-pending { color: var(--mute); } .v-undecided-at-this-power { color: var(--warn); } .s-running, .s-submitted { color: var(--warn); }
 td.evidence { font-size: .85em; color: #424a53; max-width: 34em; }
 .cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(340px, 1fr)); gap: 14px; }
 .card { border: 1px solid var(--line); border-radius: 8px; padding: .7em .9em; break-inside: avoid; }
@@ -258,14 +258,18 @@ def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str,
             else:
                 links.append(f"<span class=\"note\">{_esc(fig)} (not drawn)</span>")
         verdict = c["verdict"]
+        statistic = statistic_text(c) if c.get("estimate") is not None else ""
+        needs = f"<div class=\"note\">To decide: {_esc(c['needs'])}</div>" if c.get("needs") else ""
         rows.append(
             f"<tr><td><span class=\"badge v-{verdict.replace(' ', '-')}\">{_esc(verdict)}</span></td>"
             f"<td>{_esc(c.get('claim', ''))}<div class=\"note\">{_esc(c.get('source', ''))}</div></td>"
-            f"<td>{_esc(c.get('paper', ''))}</td><td class=\"evidence\">{_esc(c.get('evidence', ''))}</td>"
+            f"<td>{_esc(c.get('paper', ''))}</td>"
+            f"<td class=\"evidence\"><b>{_esc(statistic)}</b>{'<br>' if statistic else ''}"
+            f"{_esc(c.get('evidence', ''))}{needs}<div class=\"note\">Decided at: {_esc(c.get('scale') or 'n/a')}</div></td>"
             f"<td>{'<br>'.join(links)}</td></tr>")
-    return (f"<p>{line} of {len(claims)} claims checked at the scale above.</p>"
-            "<table><tr><th>verdict</th><th>claim</th><th>paper</th><th>this run</th><th>decided by</th></tr>\n"
-            + "\n".join(rows) + "</table>")
+    return (f"<p>{line} of {len(claims)} claims; each states the scale that decided it.</p>"
+            "<table><tr><th>verdict</th><th>claim</th><th>paper</th><th>this run: statistic, evidence, scale</th>"
+            "<th>decided by</th></tr>\n" + "\n".join(rows) + "</table>")
 
 
 def _files_line(label: str, links: Sequence[str]) -> str:

@@ -31,7 +31,9 @@ Comparisons used by the findings (stated here and printed by the notebook from :
   point (``max(low) <= min(high)``); the largest over smallest ratio is reported alongside.
 
 A claim needs every configuration it speaks about; if any is missing its verdict is "not run" (the
-evidence still lists what the present runs show), otherwise "reproduced" or "not reproduced".
+evidence still lists what the present runs show). With fewer seeds per configuration than
+:data:`heavytail.studies.claims.MIN_SEEDS` it is "undecided at this power"; otherwise "reproduced" or "not
+reproduced".
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import numpy as np
 from heavytail.harness.config import PACING_KEYS
 from heavytail.harness.rundir import find_run_dirs
 from heavytail.io import load_json
+from heavytail.studies import claims as C
 from heavytail.studies.tables import cell_text, fmt_ratio, fmt_sci, records, to_html  # noqa: F401  (re-exported)
 
 from heavytail.names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, KERNEL_LABELS, KERNELS, MARGINAL_LABELS, NORM_LABELS,
@@ -68,6 +71,9 @@ DEFINITIONS = {
     "similar": "configurations are similar when the 95% bootstrap intervals of their median ratios share a "
                "common point (max of lower ends <= min of upper ends)",
     "not run": "a claim is 'not run' when any configuration it speaks about is missing from the grid",
+    "undecided": f"a claim is 'undecided at this power' when some configuration it speaks about has fewer than "
+                 f"{C.MIN_SEEDS} seeds: a bootstrap interval over evaluation trials says nothing about another "
+                 "training run",
 }
 
 
@@ -617,25 +623,49 @@ def decided_by(claim: Claim) -> dict[str, Any]:
     return {"notebook": "06_summary", "section": CLAIMS_SECTION, "figures": figures}
 
 
-def findings(aggs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each claim of Sections 4.2 and 5 with verdict 'reproduced' / 'not reproduced' / 'not run' and the
-    evidence (numbers from the runs). Definitions of collapsed / lower / similar: :data:`DEFINITIONS`."""
+def _scale(aggs: Sequence[Mapping[str, Any]]) -> str:
+    """The scale a set of configurations ran at, in words (training N, trials per step, steps, seeds, eval N)."""
+    def span(key):
+        vals = sorted({a["config"][key] for a in aggs})
+        return str(vals[0]) if len(vals) == 1 else "{" + ", ".join(map(str, vals)) + "}"
+    seeds = sorted({a["n_seeds"] for a in aggs})
+    return (f"training N = {span('n_points')}, {span('trials_per_step')} trials per step, {span('steps')} steps, "
+            f"D = {span('d_model')}, {'/'.join(map(str, seeds))} seed(s) per configuration, evaluated at N = "
+            f"{span('eval_n_points')} ({span('eval_trials')} trials)")
+
+
+def findings(aggs: Sequence[Mapping[str, Any]], min_seeds: int = C.MIN_SEEDS) -> list[dict[str, Any]]:
+    """Each claim of Sections 4.2 and 5 as a :class:`heavytail.studies.claims.Claim` record. A claim with a
+    configuration missing is "not run"; with fewer than ``min_seeds`` seeds in some configuration it is
+    "undecided at this power" (the bootstrap intervals of eq. 37 describe evaluation trials at fixed weights,
+    so one training run cannot separate kernels); otherwise the comparison of :data:`DEFINITIONS` decides
+    "reproduced" or "not reproduced". The evidence always shows what the present runs say."""
     cells = index_cells(aggs)
     out = []
     for claim in CLAIMS:
         missing = [k for k in claim.needs if k not in cells]
+        present = [cells[k] for k in claim.needs if k in cells]
+        needs = ""
         if missing:
-            present = [k for k in claim.needs if k in cells]
-            shown = "; ".join(_describe(cells[k]) + f" ({k[0]}, {k[1]}, {k[2]}-norm)" for k in present[:4])
+            shown = "; ".join([_describe(cells[k]) + f" ({k[0]}, {k[1]}, {k[2]}-norm)"
+                               for k in claim.needs if k in cells][:4])
             evidence = (f"missing {len(missing)} of {len(claim.needs)} configurations, e.g. "
                         f"{_key_text(missing[0])}" + (f". Present: {shown}" if shown else ""))
-            verdict = "not run"
+            verdict, needs = C.NOT_RUN, f"the {len(missing)} missing configurations"
         else:
             holds, evidence = claim.check(cells)
-            verdict = "reproduced" if holds else "not reproduced"
-        out.append({"id": claim.id, "claim": claim.claim, "source": claim.source, "paper": claim.paper,
-                    "verdict": verdict, "evidence": evidence, "n_needed": len(claim.needs),
-                    "n_missing": len(missing), "decided_by": decided_by(claim)})
+            seeds = min(a["n_seeds"] for a in present)
+            if seeds < min_seeds:
+                verdict = C.UNDECIDED
+                needs = (f">= {min_seeds} seeds per configuration (here {seeds}); with one run per configuration the "
+                         f"comparison {'holds' if holds else 'fails'} but seed-to-seed spread is unknown")
+            else:
+                verdict = C.REPRODUCED if holds else C.NOT_REPRODUCED
+        out.append(C.Claim(claim.id, claim.claim, claim.source, claim.paper, verdict,
+                           seeds=min((a["n_seeds"] for a in present), default=0),
+                           scale=_scale(present) if present else "", evidence=evidence, needs=needs,
+                           decided_by=decided_by(claim)).to_dict() | {"n_needed": len(claim.needs),
+                                                                       "n_missing": len(missing)})
     return out
 
 
@@ -645,22 +675,9 @@ def _key_text(key: tuple) -> str:
 
 
 def findings_table(found: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    colors = {"reproduced": "#1a7f37", "not reproduced": "#cf222e", "not run": "#6e7781"}
-    rows = [{"claim": f["claim"], "source": f["source"], "paper": f["paper"],
-             "verdict": {"text": f["verdict"], "bold": True, "color": colors[f["verdict"]]},
-             "evidence at this scale": f["evidence"]} for f in found]
-    counts = {v: sum(f["verdict"] == v for f in found) for v in colors}
-    return {"title": "Findings of Sections 4.2 and 5 at this scale",
-            "columns": ["claim", "source", "paper", "verdict", "evidence at this scale"], "rows": rows,
-            "notes": ", ".join(f"{n} {v}" for v, n in counts.items())}
+    return C.claims_table(found, "Findings of Sections 4.2 and 5 at this scale")
 
 
 def findings_text(found: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The findings as plain sentences, one per claim."""
-    lines = []
-    for f in found:
-        if f["verdict"] == "not run":
-            lines.append(f"Not run: \"{f['claim']}\": {f['n_missing']} of {f['n_needed']} configurations missing.")
-        else:
-            lines.append(f"{f['verdict'].capitalize()}: \"{f['claim']}\" (paper: {f['paper']}). Here: {f['evidence']}.")
-    return lines
+    """The findings as plain sentences, one per claim (heavytail.studies.claims.render)."""
+    return [C.render(f) for f in found]
