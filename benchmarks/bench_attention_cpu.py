@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from heavytail import names
+
 ROOT = Path(__file__).resolve().parents[1]
 ALL_BACKENDS = ("dense", "tiled", "tiled_compiled", "flash", "flash_eager")
 
@@ -103,7 +105,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="N in {1024, 4096}, d = 64, flash and tiled only")
     p.add_argument("--n", type=int, nargs="+", default=[1024, 4096, 16384])
     p.add_argument("--d", type=int, nargs="+", default=[64, 256])
-    p.add_argument("--kernels", nargs="+", default=["softmax", "squared_elu", "linear_elu", "log_elu"])
+    p.add_argument("--kernels", nargs="+", default=list(names.KERNELS), choices=names.kernel_names(),
+                   help="default: Table 1's kernels")
     p.add_argument("--backends", nargs="+", default=list(ALL_BACKENDS), choices=ALL_BACKENDS)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch threads per point (default: torch's)")

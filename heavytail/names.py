@@ -1,42 +1,131 @@
-"""Every name the package, the grid files and the notebooks share, with its display label and colour.
+"""Every name the package, the grid files and the notebooks share, with its properties: one table of rows.
 
-One list, read by :mod:`heavytail.harness.config` (allowed values), :mod:`heavytail.studies.summary` and
-:mod:`heavytail.studies.summary_plots` (labels, table order, the one colour map) and the notebooks. It imports nothing
-heavy (no torch), so the report runner and the figure notebooks can read it cheaply. The kernel registry
-(:mod:`heavytail.science.kernels`) checks at import that it defines exactly :data:`KERNELS`, with the growth
-given here; adding a kernel therefore means adding its functions to the registry and its row here.
+A kernel is one :class:`KernelRow` (label, growth, growth order q, colour), an attention backend one
+:class:`BackendRow` (label, the kernels it computes, its arithmetic), and the task x marginal pairs no model can learn one row with the reason. The label, colour and
+growth maps below are live views of those rows, and the rules that follow from them are functions here
+(:func:`backend_refusal`, :func:`task_refusal`, :func:`hill_k`), so the config, the
+model, attention and the operators each read a rule instead of restating it.
+
+Adding a kernel: a row in :data:`KERNEL_ROWS` and its functions in :data:`heavytail.science.kernels.FORMS`.
+Everything else (config validation, the registry, the figures' colours) reads the row.
+
+It imports nothing heavy (no torch), so the report runner, the grid and the figure notebooks read it cheaply.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+
+class _View(Mapping):
+    """A read-only map computed from a row table on every access, so a row added later (a test registering a
+    kernel) shows in every view at once."""
+
+    def __init__(self, build: Callable[[], dict]):
+        self._build = build
+
+    def __getitem__(self, key):
+        return self._build()[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._build())
+
+    def __len__(self) -> int:
+        return len(self._build())
+
+    def __repr__(self) -> str:
+        return repr(self._build())
+
 
 # ---------------------------------------------------------------------------------------- kernels
-# The kernels of Table 1, fastest-growing first (the paper's table order).
-KERNELS = ("softmax", "squared_elu", "linear_elu", "log_elu")
-SLOWER_KERNELS = KERNELS[1:]  # the three slower-growing kernels the paper proposes
-KERNEL_LABELS = {
-    "softmax": "Softmax (e^s)",
-    "squared_elu": "Squared ELU ((s+1)^2)",
-    "linear_elu": "Linear ELU (s+1)",
-    "log_elu": "Log ELU (log(1+s)+1)",
+@dataclass(frozen=True)
+class KernelRow:
+    """One attention kernel g of eq. 7.
+
+    Attributes:
+        label: how tables and figures name it.
+        growth: growth of g(s) as s -> inf (the last column of Table 1).
+        order: q with g(s) ~ s^q as s -> inf (inf for e^s, 0 for slower than every power): E[g(S)] is finite
+            on Pareto(a) scores iff q < a (App. A), so q decides on which tails the normaliser of eq. 7 exists.
+        color: its one colour in every figure.
+        paper: one of Table 1's four kernels (the paper's tables and figures list exactly these).
+    """
+
+    label: str
+    growth: str
+    order: float
+    color: str
+    paper: bool = False
+
+
+# Table 1's kernels, fastest-growing first (the paper's table order).
+KERNEL_ROWS: dict[str, KernelRow] = {
+    "softmax": KernelRow("Softmax (e^s)", "exponential", math.inf, "tab:red", paper=True),
+    "squared_elu": KernelRow("Squared ELU ((s+1)^2)", "quadratic", 2.0, "tab:purple", paper=True),
+    "linear_elu": KernelRow("Linear ELU (s+1)", "linear", 1.0, "tab:green", paper=True),
+    "log_elu": KernelRow("Log ELU (log(1+s)+1)", "logarithmic", 0.0, "tab:blue", paper=True),
 }
-# Growth of g's positive branch as s -> inf (last column of Table 1) ...
-KERNEL_GROWTH = {"softmax": "exponential", "squared_elu": "quadratic", "linear_elu": "linear",
-                 "log_elu": "logarithmic"}
-# ... and as a polynomial order q (g(s) ~ s^q): E[g(S)] is finite on a Pareto(a) score iff q < a (App. A).
-GROWTH_ORDER = {"exponential": math.inf, "quadratic": 2.0, "linear": 1.0, "logarithmic": 0.0}
-# The one colour per kernel that every figure uses.
-KERNEL_COLORS = {"softmax": "tab:red", "squared_elu": "tab:purple", "linear_elu": "tab:green", "log_elu": "tab:blue"}
+# Table 1's kernels, in its order: what the paper's tables, figures and notebooks iterate.
+KERNELS = tuple(k for k, row in KERNEL_ROWS.items() if row.paper)
+SLOWER_KERNELS = KERNELS[1:]  # the three slower-growing kernels the paper proposes
+KERNEL_LABELS = _View(lambda: {k: row.label for k, row in KERNEL_ROWS.items()})
+KERNEL_GROWTH = _View(lambda: {k: row.growth for k, row in KERNEL_ROWS.items()})
+KERNEL_COLORS = _View(lambda: {k: row.color for k, row in KERNEL_ROWS.items()})  # the one colour map
+GROWTH_ORDER = _View(lambda: {row.growth: row.order for row in KERNEL_ROWS.values()})
+
+
+def kernel_names() -> tuple[str, ...]:
+    """Every registered kernel (Table 1's, then the others), read now: what a run may name."""
+    return tuple(KERNEL_ROWS)
+
+
+def kernel_label(name: str) -> str:
+    """The display label of a kernel (its name when it has none)."""
+    return KERNEL_LABELS.get(name, name)
+
 
 # --------------------------------------------------------------------------------------- backends
-# How attention is computed (heavytail.science.attention): auto picks per device; dense materialises the N x N
-# weights; tiled is exact float32 log-space attention through autograd; flash is the hand-written
-# flash-style backward; flex is torch's flex_attention; sdpa is torch's fused softmax (softmax only).
-BACKENDS = ("auto", "dense", "tiled", "flash", "flex", "sdpa")
-SOFTMAX_ONLY_BACKENDS = ("sdpa",)
-BACKEND_LABELS = {"auto": "auto", "dense": "dense", "tiled": "exact float32 (tiled)", "flash": "flash-style",
-                  "flex": "flex_attention", "sdpa": "SDPA (flash-style backward)"}
+@dataclass(frozen=True)
+class BackendRow:
+    """One way to compute eq. 7 (:mod:`heavytail.science.attention`).
+
+    Attributes:
+        label: how figures name it.
+        computes: the only kernels it computes, or None for every kernel.
+        arithmetic: ``"exact"`` (autograd through the kept or checkpointed weights: float32 round-off only),
+            ``"flash-style"`` (backward recomputes the scores and subtracts a stored row statistic, which heavy
+            tails break for softmax, App. I) or ``"per call"`` (``auto``: whichever backend it picks).
+    """
+
+    label: str
+    computes: tuple[str, ...] | None
+    arithmetic: str
+
+
+BACKEND_ROWS: dict[str, BackendRow] = {
+    "auto": BackendRow("auto", None, "per call"),
+    "dense": BackendRow("dense", None, "exact"),
+    "tiled": BackendRow("exact float32 (tiled)", None, "exact"),
+    "flash": BackendRow("flash-style", None, "flash-style"),
+    "flex": BackendRow("flex_attention", None, "flash-style"),
+    "sdpa": BackendRow("SDPA (flash-style backward)", ("softmax",), "flash-style"),  # torch's fused softmax
+}
+BACKENDS = tuple(BACKEND_ROWS)
+BACKEND_LABELS = _View(lambda: {b: row.label for b, row in BACKEND_ROWS.items()})
+ARITHMETICS = ("exact", "flash-style", "per call")
+
+
+def backend_refusal(backend: str, kernel: str) -> str | None:
+    """Why ``backend`` cannot compute eq. 7 with ``kernel`` ("computes softmax only, ..."), or None when it can."""
+    only = BACKEND_ROWS[backend].computes
+    if only is None or kernel in only:
+        return None
+    general = ", ".join(b for b, row in BACKEND_ROWS.items() if row.computes is None)
+    return f"computes {', '.join(only)} only, got kernel={kernel!r}; use one of {general}"
+
 
 # ---------------------------------------------------------------------------------------- models
 NORMS = ("post", "pre")
@@ -54,17 +143,37 @@ BENCHMARKS = ("sheared_swap", "matrix_inverse")
 BENCHMARK_LABELS = {"sheared_swap": "sheared swap", "matrix_inverse": "matrix inverse"}
 MARGINALS = ("mirrored_pareto", "gaussian")
 MARGINAL_LABELS = {"mirrored_pareto": "mirrored Pareto", "gaussian": "shifted Gaussian"}
-# The marginal families each operator is trained on (matrix inverse + Gaussian is unidentifiable, Prop. 6).
-BENCHMARK_MARGINALS = {"sheared_swap": ("mirrored_pareto", "gaussian"), "matrix_inverse": ("mirrored_pareto",)}
+# The (task, marginals) pairs no model can learn, with the reason.
+UNLEARNABLE = {
+    ("matrix_inverse", "gaussian"): (
+        "the matrix inverse is unidentifiable (Prop. 6, App. D.3) on shifted Gaussian marginals: different "
+        "parameter instances share one Gaussian input law (same mean and covariance) but have different output "
+        "laws, so no model can learn it"),
+}
+# The marginal families each operator is trained on.
+BENCHMARK_MARGINALS = _View(lambda: {b: tuple(m for m in MARGINALS if (b, m) not in UNLEARNABLE) for b in BENCHMARKS})
+
+
+def task_refusal(benchmark: str, marginals: str) -> str | None:
+    """Why no model can learn ``benchmark`` on ``marginals`` (Prop. 6), or None when it can."""
+    return UNLEARNABLE.get((benchmark, marginals))
+
 
 # ---------------------------------------------------------------------------- evaluation (App. H)
 RATIO_STATISTICS = ("median", "mean")  # the summaries of eq. 36
 STATISTIC_COLORS = {"median": "tab:blue", "mean": "tab:orange"}
 
 
-def kernel_label(name: str) -> str:
-    """The display label of a kernel (its name when it has none)."""
-    return KERNEL_LABELS.get(name, name)
+def hill_k(n: int, phi: float) -> int:
+    """k = floor(phi N), the upper order statistics the Hill estimate uses (eq. 38; App. J.1: phi = 0.1 at
+    N = 16384 gives 1638). Raises ValueError unless 0 < phi < 1 and 1 <= k < N."""
+    if not 0.0 < phi < 1.0:
+        raise ValueError(f"hill_phi={phi} must lie in (0, 1) (eq. 38)")
+    # round() first: 0.29 * 100 is 28.999999999999996 in floating point, and must give 29
+    k = math.floor(round(phi * n, 9))
+    if not 1 <= k < n:
+        raise ValueError(f"hill_phi={phi} leaves no threshold at N={n}: k = floor(phi N) = {k}, need 1 <= k < N")
+    return k
 
 
 def variant_label(kernel: str, backend: str = "auto", precision: str = "float32") -> str:
@@ -78,14 +187,18 @@ def variant_label(kernel: str, backend: str = "auto", precision: str = "float32"
 
 
 def _check() -> None:
-    for table, what in ((KERNEL_LABELS, "KERNEL_LABELS"), (KERNEL_GROWTH, "KERNEL_GROWTH"),
-                        (KERNEL_COLORS, "KERNEL_COLORS")):
-        if tuple(table) != KERNELS:
-            raise AssertionError(f"heavytail.names.{what} must list exactly the kernels {KERNELS}")
-    if set(KERNEL_GROWTH.values()) - set(GROWTH_ORDER):
-        raise AssertionError("every kernel growth needs an order in heavytail.names.GROWTH_ORDER")
-    if set(BACKEND_LABELS) != set(BACKENDS) or set(NORM_TABLE_ORDER) != set(NORMS):
-        raise AssertionError("heavytail.names: labels and orders must cover every backend and norm")
+    """The rows are consistent: one order per growth, one colour per kernel, known arithmetics."""
+    orders: dict[str, float] = {}
+    for name, row in KERNEL_ROWS.items():
+        if orders.setdefault(row.growth, row.order) != row.order:
+            raise AssertionError(f"heavytail.names: growth {row.growth!r} has two orders ({name!r})")
+    colors = [row.color for row in KERNEL_ROWS.values()]
+    if len(set(colors)) != len(colors):
+        raise AssertionError(f"heavytail.names: two kernels share a colour in {dict(KERNEL_COLORS)}")
+    if any(row.arithmetic not in ARITHMETICS for row in BACKEND_ROWS.values()):
+        raise AssertionError(f"heavytail.names: every backend's arithmetic must be one of {ARITHMETICS}")
+    if set(NORM_TABLE_ORDER) != set(NORMS):
+        raise AssertionError("heavytail.names: the table order must cover every norm")
 
 
 _check()

@@ -102,10 +102,12 @@ def test_collapse_onset_is_the_start_of_the_final_collapsed_stretch():
 
 def test_attention_gradient_error_replays_a_real_block():
     from heavytail.science.collapse import attention_gradient_error, attention_inputs
+    from heavytail.harness.config import RunConfig
     from heavytail.science.model import MeasureTransformer, ModelConfig
 
     torch.manual_seed(0)
-    model = MeasureTransformer(ModelConfig(d_model=16, n_blocks=2, d_ff=32, kernel="linear_elu", backend="dense"))
+    run = RunConfig(d_model=16, n_blocks=2, d_ff=32, kernel="linear_elu", attention_backend="dense")
+    model = MeasureTransformer(ModelConfig(**run.model_kwargs()))
     x = torch.randn(2, 64, 2)
     q, k, v = attention_inputs(model, x, block=1)
     assert q.shape == (2, 1, 64, 16)

@@ -6,18 +6,25 @@ import warnings
 import pytest
 import torch
 
-from heavytail.science.model import TABLE3_PARAMETERS, MeasureTransformer, ModelConfig, count_parameters
+from heavytail.harness.config import RunConfig
+from heavytail.science import model as model_module
+from heavytail.science.model import TABLE3_PARAMETERS, MeasureTransformer, count_parameters
 from heavytail.science.transforms import SymexpOverflowWarning, symexp, symexp_limit, symlog
 
 # Small model for behaviour tests; head dim 32 so compiled flash blocks are shared with test_attention.
 SMALL = dict(d_model=32, d_ff=64, n_blocks=2)
 
 
+def model_config(**changes) -> model_module.ModelConfig:
+    """The model of a default run (Table 3: RunConfig's defaults; the model has none of its own) with ``changes``."""
+    return model_module.ModelConfig(**{**RunConfig().model_kwargs(), **changes})
+
+
 def test_table3_parameter_count():
-    assert count_parameters(MeasureTransformer()) == TABLE3_PARAMETERS == 3_163_906
+    assert count_parameters(MeasureTransformer(model_config())) == TABLE3_PARAMETERS == 3_163_906
     # pre-norm by eq. 30 has the same count; the optional final LayerNorm adds 2 D
-    assert count_parameters(MeasureTransformer(ModelConfig(norm="pre"))) == 3_163_906
-    assert count_parameters(MeasureTransformer(ModelConfig(norm="pre", final_norm=True))) == 3_163_906 + 2 * 256
+    assert count_parameters(MeasureTransformer(model_config(norm="pre"))) == 3_163_906
+    assert count_parameters(MeasureTransformer(model_config(norm="pre", final_norm=True))) == 3_163_906 + 2 * 256
 
 
 @pytest.mark.parametrize(
@@ -35,19 +42,19 @@ def test_table3_parameter_count():
 )
 def test_config_validation(kwargs, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
-        ModelConfig(**kwargs)
+        model_config(**kwargs)
 
 
 def test_post_norm_block_is_ln_of_scaled_residual():
     torch.manual_seed(0)
-    model = MeasureTransformer(ModelConfig(kernel="linear_elu", backend="dense", **SMALL))
+    model = MeasureTransformer(model_config(kernel="linear_elu", backend="dense", **SMALL))
     block = model.blocks[0]
     x = torch.randn(2, 16, 32)
     a = 4.899
     h = block.ln_attn(a * x + block.attn(x))
     expected = block.ln_ff(a * h + block.ff(h))
     torch.testing.assert_close(block(x), expected)
-    pre = MeasureTransformer(ModelConfig(kernel="linear_elu", backend="dense", norm="pre", **SMALL)).blocks[0]
+    pre = MeasureTransformer(model_config(kernel="linear_elu", backend="dense", norm="pre", **SMALL)).blocks[0]
     h = x + pre.attn(pre.ln_attn(x))
     torch.testing.assert_close(pre(x), h + pre.ff(pre.ln_ff(h)))
 
@@ -66,7 +73,7 @@ BACKEND_CASES = [
 @pytest.mark.parametrize("backend,kernel", BACKEND_CASES)
 def test_permutation_equivariance(backend, kernel):
     torch.manual_seed(0)
-    model = MeasureTransformer(ModelConfig(kernel=kernel, backend=backend, tile_elements=2 * 37 * 10, **SMALL))
+    model = MeasureTransformer(model_config(kernel=kernel, backend=backend, tile_elements=2 * 37 * 10, **SMALL))
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 37, 2, generator=g) * 3
     perm = torch.randperm(37, generator=g)
@@ -88,7 +95,7 @@ def test_backends_agree_in_the_model():
     outs = {}
     for backend in ("dense", "tiled", "flash"):
         torch.manual_seed(0)
-        outs[backend] = MeasureTransformer(ModelConfig(kernel="log_elu", backend=backend, **SMALL))(x)
+        outs[backend] = MeasureTransformer(model_config(kernel="log_elu", backend=backend, **SMALL))(x)
     torch.testing.assert_close(outs["tiled"], outs["dense"], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(outs["flash"], outs["dense"], rtol=1e-4, atol=1e-5)
 
@@ -125,7 +132,7 @@ def test_symexp_overflow_is_loud_never_silent():
 
 def test_symlog_model_warns_instead_of_inf():
     torch.manual_seed(0)
-    model = MeasureTransformer(ModelConfig(kernel="linear_elu", backend="dense", symlog=True, **SMALL))
+    model = MeasureTransformer(model_config(kernel="linear_elu", backend="dense", symlog=True, **SMALL))
     with torch.no_grad():
         model.w_out.bias.fill_(100.0)
     with pytest.warns(SymexpOverflowWarning):
@@ -135,7 +142,7 @@ def test_symlog_model_warns_instead_of_inf():
 
 def test_attention_stats_only_when_asked():
     torch.manual_seed(0)
-    model = MeasureTransformer(ModelConfig(kernel="softmax", backend="dense", **SMALL))
+    model = MeasureTransformer(model_config(kernel="softmax", backend="dense", **SMALL))
     x = torch.randn(2, 40, 2)
     y = model(x)
     assert isinstance(y, torch.Tensor)
@@ -158,6 +165,6 @@ def test_attention_stats_only_when_asked():
 
 
 def test_rejects_bad_input_shape():
-    model = MeasureTransformer(ModelConfig(backend="dense", **SMALL))
+    model = MeasureTransformer(model_config(backend="dense", **SMALL))
     with pytest.raises(ValueError, match=r"\(B, N, 2\)"):
         model(torch.randn(10, 2))

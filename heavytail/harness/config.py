@@ -22,7 +22,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from heavytail.names import BACKENDS, BENCHMARKS, DEVICES, KERNELS, MARGINALS, NORMS, PRECISIONS, SOFTMAX_ONLY_BACKENDS
+from heavytail import names
+from heavytail.names import BACKENDS, BENCHMARKS, DEVICES, KERNELS, MARGINALS, NORMS, PRECISIONS
 
 __all__ = ["RunConfig", "PACING_KEYS", "NOT_TABLE3", "BACKENDS", "BENCHMARKS", "DEVICES", "KERNELS", "MARGINALS", "NORMS",
            "PRECISIONS"]
@@ -131,9 +132,8 @@ class RunConfig:
     # --------------------------------------------------------------------------- derived
     @property
     def hill_k(self) -> int:
-        """k = floor(phi N) at the evaluation size (eq. 38), rounded first as ``metrics.hill_k`` does
-        (0.29 * 100 is 28.999999999999996 in floating point, and must give 29)."""
-        return max(1, math.floor(round(self.hill_phi * self.eval_n_points, 9)))
+        """k = floor(phi N) at the evaluation size (eq. 38, :func:`heavytail.names.hill_k`)."""
+        return names.hill_k(self.eval_n_points, self.hill_phi)
 
     @property
     def name(self) -> str:
@@ -142,7 +142,8 @@ class RunConfig:
         return f"{self.benchmark}-{self.marginals}-{self.kernel}-{self.norm}-{transform}-seed{self.seed}"
 
     def model_kwargs(self) -> dict[str, Any]:
-        """The :class:`heavytail.science.model.ModelConfig` arguments this run uses."""
+        """The :class:`heavytail.science.model.ModelConfig` arguments this run uses: every setting of the model
+        that a run states (the model has no defaults of its own for them)."""
         return dict(
             d_model=self.d_model,
             n_blocks=self.n_blocks,
@@ -183,8 +184,8 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
         raise ValueError(f"{name}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
 
 
-def _positive(cfg: RunConfig, *names: str, allow_zero: bool = False) -> None:
-    for name in names:
+def _positive(cfg: RunConfig, *keys: str, allow_zero: bool = False) -> None:
+    for name in keys:
         value = getattr(cfg, name)
         bad = (value < 0) if allow_zero else (value <= 0)
         if not math.isfinite(value) or bad:
@@ -195,25 +196,23 @@ def _positive(cfg: RunConfig, *names: str, allow_zero: bool = False) -> None:
 def _validate(cfg: RunConfig) -> None:
     _choice("benchmark", cfg.benchmark, BENCHMARKS)
     _choice("marginals", cfg.marginals, MARGINALS)
-    _choice("kernel", cfg.kernel, KERNELS)
+    _choice("kernel", cfg.kernel, names.kernel_names())
     _choice("norm", cfg.norm, NORMS)
     _choice("device", cfg.device, DEVICES)
     _choice("precision", cfg.precision, PRECISIONS)
     _choice("attention_backend", cfg.attention_backend, BACKENDS)
-    if cfg.benchmark == "matrix_inverse" and cfg.marginals == "gaussian":
-        raise ValueError(
-            "benchmark='matrix_inverse' with marginals='gaussian' is not allowed: the matrix inverse is "
-            "unidentifiable on shifted Gaussian marginals (Proposition 6), so no model can learn it; "
-            "use marginals='mirrored_pareto' or benchmark='sheared_swap'"
-        )
+    why = names.task_refusal(cfg.benchmark, cfg.marginals)
+    if why is not None:
+        raise ValueError(f"benchmark={cfg.benchmark!r} with marginals={cfg.marginals!r} is not allowed: {why}; "
+                         f"{cfg.benchmark} takes marginals {', '.join(names.BENCHMARK_MARGINALS[cfg.benchmark])}")
     _positive(cfg, "d_model", "n_blocks", "d_ff", "n_heads", "lr", "grad_clip", "steps", "n_points",
               "trials_per_step", "eval_trials", "eval_n_points", "bootstrap_resamples",
               "checkpoint_every", "log_every", "eval_batch_trials", "collapse_spread")
     _positive(cfg, "alpha_rs")  # the residual scale divides the residual stream (App. E.1)
     _positive(cfg, "weight_decay", "warmup_steps", "seed", allow_zero=True)
-    if cfg.attention_backend in SOFTMAX_ONLY_BACKENDS and cfg.kernel != "softmax":
-        raise ValueError(f"attention_backend={cfg.attention_backend!r} computes softmax only, got kernel={cfg.kernel!r}; "
-                         f"use one of {', '.join(b for b in BACKENDS if b not in SOFTMAX_ONLY_BACKENDS)}")
+    why = names.backend_refusal(cfg.attention_backend, cfg.kernel)
+    if why is not None:
+        raise ValueError(f"attention_backend={cfg.attention_backend!r} {why}")
     if cfg.attention_backend == "flex" and cfg.device == "cpu":
         raise ValueError("attention_backend='flex' cannot train on device='cpu': flex_attention has no CPU backward; "
                          "use attention_backend='auto', 'flash' or 'tiled' on the CPU")
@@ -221,10 +220,12 @@ def _validate(cfg: RunConfig) -> None:
         raise ValueError(f"d_model={cfg.d_model} must be divisible by n_heads={cfg.n_heads}")
     if not 0 < cfg.loss_p < 2:
         raise ValueError(f"loss_p={cfg.loss_p!r} is not allowed; the energy distance needs p in (0, 2) (eq. 9)")
-    if not 0 < cfg.hill_phi < 1:
-        raise ValueError(f"hill_phi={cfg.hill_phi!r} is not allowed; it must lie in (0, 1) (eq. 38)")
-    if cfg.hill_k >= cfg.eval_n_points:
-        raise ValueError(f"hill_phi={cfg.hill_phi} leaves no threshold at eval_n_points={cfg.eval_n_points}")
+    # The Hill threshold at every N the run is scored at (eq. 38): eval_n_points, and n_points with eval_at_train_n.
+    for key in ("eval_n_points", "n_points") if cfg.eval_at_train_n else ("eval_n_points",):
+        try:
+            names.hill_k(getattr(cfg, key), cfg.hill_phi)
+        except ValueError as err:
+            raise ValueError(f"{err} ({key}={getattr(cfg, key)})") from None
     if cfg.n_points < 2 or cfg.eval_n_points < 2:
         raise ValueError("n_points and eval_n_points must be at least 2: an ensemble of one point has no spread")
     if cfg.warmup_steps >= cfg.steps and cfg.steps > 1:

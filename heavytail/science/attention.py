@@ -25,7 +25,8 @@ Backends (``BACKENDS``), all for non-causal ``(B, H, N, d)`` queries and ``(B, H
   score it receives is already scaled by 1/sqrt(d)) and an all-True block mask of 128-blocks
   (without one, CPU flex treats the sequence as one block: +1 GiB per thread at N = 16384). On
   CUDA it trains; on CPU it runs forward only, so requesting gradients there raises.
-- ``"sdpa"``: ``scaled_dot_product_attention``, softmax only (FlashAttention on CUDA).
+- ``"sdpa"``: ``scaled_dot_product_attention``, softmax only (FlashAttention on CUDA); which kernels a
+  backend computes is its row in ``heavytail.names.BACKEND_ROWS`` (:func:`heavytail.names.backend_refusal`).
 - ``"auto"``: the first backend of ``auto_candidates`` that runs for the call's kernel, device,
   dtype and shapes (see ``select_backend``); the choice is made once per case, logged, and
   readable through ``recording_backends``.
@@ -54,6 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from heavytail import names
 from heavytail.science.kernels import Kernel, get_kernel
 
 __all__ = [
@@ -68,7 +70,8 @@ __all__ = [
     "scaled_scores",
 ]
 
-BACKENDS: tuple[str, ...] = ("auto", "dense", "tiled", "flash", "flex", "sdpa")
+# The backends and which kernels each computes are heavytail.names.BACKEND_ROWS.
+BACKENDS = names.BACKENDS
 
 # Score elements per tile (summed over batch and heads): 2^22 float32 = 16 MiB, which keeps a
 # tile in a CPU's cache hierarchy. The paper's H200 runs used 2^31 (8 GiB per tile, App. E.4).
@@ -386,7 +389,7 @@ def auto_candidates(kernel: str | Kernel, device: torch.device | str, dtype: tor
     """
     kernel = get_kernel(kernel)
     device = torch.device(device)
-    if kernel.name == "softmax":
+    if names.backend_refusal("sdpa", kernel.name) is None:  # a fused library kernel computes it
         return (Candidate("sdpa", "sdpa"), Candidate("tiled", "tiled"))
     tail = (Candidate("flash", "flash"), Candidate("flash:eager", "flash", compiled=False), Candidate("tiled", "tiled"))
     if device.type == "cuda" and dtype in (torch.float32, torch.bfloat16, torch.float16):
@@ -441,9 +444,10 @@ def _run(cand: Candidate, q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_
     backend = cand.backend
     if cand.compiled is not None:
         compiled = cand.compiled
+    refusal = names.backend_refusal(backend, kernel.name)
+    if refusal is not None:
+        raise ValueError(f"backend={backend!r} {refusal}")
     if backend == "sdpa":
-        if kernel.name != "softmax":
-            raise ValueError(f"backend='sdpa' computes softmax only, got kernel {kernel.name!r}; use 'flash' or 'flex'")
         return F.scaled_dot_product_attention(q, k, v)
     dtype = q.dtype
     ct = _compute_dtype(dtype)
@@ -526,7 +530,7 @@ def kernel_attention(
         q: queries ``(B, H, N, d)`` (any leading dims for dense/tiled/flash/sdpa).
         k: keys ``(B, H, L, d)``.
         v: values ``(B, H, L, d_v)``.
-        kernel: a name from ``heavytail.science.kernels.KERNEL_NAMES`` or a ``Kernel``.
+        kernel: a name from ``heavytail.names.kernel_names()`` or a ``Kernel``.
         backend: one of ``BACKENDS``.
         tile_elements: score elements per tile for ``"tiled"`` and ``"flash"``.
         compiled: use ``torch.compile`` inside ``"flash"`` (its fused elementwise blocks) or

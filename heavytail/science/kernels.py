@@ -1,4 +1,4 @@
-"""The attention kernel suite of Table 1 (Section 3.3.1, App. E.2).
+"""The attention kernels of Table 1 (Section 3.3.1, App. E.2).
 
 Each kernel is a strictly positive map ``g`` that replaces the exponential in eq. 7,
 ``A_g(S)_ij = g(S_ij) / sum_l g(S_il)``. Because ``g > 0`` everywhere,
@@ -8,6 +8,9 @@ Each kernel is a strictly positive map ``g`` that replaces the exponential in eq
 so attention only ever needs ``log g``: the row maximum of ``log g`` is subtracted before
 exponentiating, which keeps eq. 7 finite where ``g / sum g`` would be ``0 / 0`` (rows whose
 scores all lie below about -104 underflow ``e^s`` in float32).
+
+Which kernels exist, with their labels, growth and colours, is :data:`heavytail.names.KERNEL_ROWS`; this
+module holds their functions, in :data:`FORMS` under the row's name.
 
 Numerics ("safe where"): ``torch.where(c, f(x), h(x))`` back-propagates through *both*
 branches, so a branch evaluated on inputs outside its domain (``log1p(-x)`` for ``x > 1``,
@@ -19,7 +22,7 @@ so ``log_g`` and its gradient are finite for every finite float32 score, -1e30 t
 flash-style backend (``heavytail.science.attention``); the tests compare it with autograd.
 
 ``g_ratio`` is ``g(s) / g(m)`` for the row maximum ``m`` of the scores, the unnormalized weight of
-eq. 7 relative to the row's largest. Every ``g`` of Table 1 is increasing, so the row maximum of
+eq. 7 relative to the row's largest. Every ``g`` here is increasing, so the row maximum of
 ``log g(S)`` is ``log g`` of the row's largest score: the flash-style backend needs ``log g`` once
 per row, and each score costs at most one ``log1p`` or ``exp`` (against three transcendental
 functions for ``exp(log g(s) - max log g)``), which is what its forward and backward spend their
@@ -28,6 +31,7 @@ elementwise time on.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -36,15 +40,26 @@ from torch import Tensor
 
 from heavytail import names
 
-__all__ = ["Kernel", "KERNEL_NAMES", "KERNELS", "get_kernel"]
+__all__ = ["FORMS", "Forms", "Kernel", "KERNEL_NAMES", "get_kernel"]
+
+
+@dataclass(frozen=True)
+class Forms:
+    """The functions of one kernel (their contracts: :class:`Kernel`)."""
+
+    g: Callable[[Tensor], Tensor]
+    log_g: Callable[[Tensor], Tensor]
+    dlog_g: Callable[[Tensor], Tensor]
+    g_ratio: Callable[[Tensor, Tensor, Tensor], Tensor]
+    ratio_row: Callable[[Tensor, Tensor], Tensor]
 
 
 @dataclass(frozen=True)
 class Kernel:
-    """One row of Table 1.
+    """One registered kernel: its row's name and growth with its functions.
 
     Attributes:
-        name: registry name (one of ``KERNEL_NAMES``).
+        name: registry name (a key of ``heavytail.names.KERNEL_ROWS``).
         g: the map ``g(s)`` elementwise, shape-preserving ``(...) -> (...)``. May overflow to
             ``inf`` for huge scores (that is its true value); attention never calls it.
         log_g: ``log g(s)`` elementwise, finite with finite gradient for every finite score.
@@ -55,7 +70,7 @@ class Kernel:
             Forward only (no autograd).
         ratio_row: the per-row term ``g_ratio`` needs, ``(..., N, 1) -> (..., N, 1)``, computed once per
             row so that no transcendental function of ``m`` is evaluated once per score.
-        growth: growth of the positive branch as ``s -> inf`` (last column of Table 1).
+        growth: growth of the positive branch as ``s -> inf`` (the row's; last column of Table 1).
     """
 
     name: str
@@ -170,35 +185,40 @@ def _loge_ratio_row(m: Tensor, log_gm: Tensor) -> Tensor:
     return torch.exp(-log_gm)
 
 
-KERNELS: dict[str, Kernel] = {
-    k.name: k
-    for k in (
-        Kernel("softmax", _softmax_g, _softmax_log_g, _softmax_dlog_g, _softmax_g_ratio, _no_row, "exponential"),
-        Kernel("squared_elu", _sq_g, _sq_log_g, _sq_dlog_g, _sq_g_ratio, _elu_ratio_row, "quadratic"),
-        Kernel("linear_elu", _lin_g, _lin_log_g, _lin_dlog_g, _lin_g_ratio, _elu_ratio_row, "linear"),
-        Kernel("log_elu", _loge_g, _loge_log_g, _loge_dlog_g, _loge_g_ratio, _loge_ratio_row, "logarithmic"),
-    )
+# The hand-written kernels, by their name in heavytail.names.KERNEL_ROWS (the rows say which kernels exist).
+FORMS: dict[str, Forms] = {
+    "softmax": Forms(_softmax_g, _softmax_log_g, _softmax_dlog_g, _softmax_g_ratio, _no_row),
+    "squared_elu": Forms(_sq_g, _sq_log_g, _sq_dlog_g, _sq_g_ratio, _elu_ratio_row),
+    "linear_elu": Forms(_lin_g, _lin_log_g, _lin_dlog_g, _lin_g_ratio, _elu_ratio_row),
+    "log_elu": Forms(_loge_g, _loge_log_g, _loge_dlog_g, _loge_g_ratio, _loge_ratio_row),
 }
-KERNEL_NAMES: tuple[str, ...] = tuple(KERNELS)
-
-# The names module is the list everything else reads (config, summary, figures): the registry must agree.
-if KERNEL_NAMES != names.KERNELS or any(k.growth != names.KERNEL_GROWTH[k.name] for k in KERNELS.values()):
-    raise ImportError(f"heavytail.science.kernels registers {KERNEL_NAMES} with growths "
-                      f"{[k.growth for k in KERNELS.values()]}, but heavytail.names lists {names.KERNELS} with "
-                      f"{list(names.KERNEL_GROWTH.values())}: add or change the kernel in both")
+# Table 1's kernels in its order, what the paper's notebooks iterate; every registered one: names.kernel_names().
+KERNEL_NAMES: tuple[str, ...] = names.KERNELS
 
 
 def get_kernel(name: str | Kernel) -> Kernel:
-    """Look up a kernel of Table 1 by name (a ``Kernel`` is returned unchanged).
+    """Look up a registered kernel by name (a ``Kernel`` is returned unchanged).
+
+    The name must have a row in :data:`heavytail.names.KERNEL_ROWS` and its functions in :data:`FORMS`. One
+    name gives one ``Kernel`` object, which the attention backends' compile caches key on.
 
     Raises:
-        ValueError: unknown name; the message lists the valid names.
+        ValueError: unknown name (the message lists the valid names), or a row with no functions.
     """
     if isinstance(name, Kernel):
         return name
     try:
-        return KERNELS[name]
+        row = names.KERNEL_ROWS[name]
     except (KeyError, TypeError):
         raise ValueError(
-            f"unknown attention kernel {name!r}; valid kernels are {', '.join(KERNEL_NAMES)}"
+            f"unknown attention kernel {name!r}; valid kernels are {', '.join(names.kernel_names())}"
         ) from None
+    return _build(name, row, FORMS.get(name))
+
+
+@functools.lru_cache(maxsize=None)
+def _build(name: str, row: names.KernelRow, forms: Forms | None) -> Kernel:
+    if forms is None:
+        raise ValueError(f"kernel {name!r} has a row in heavytail.names but no functions: add them to "
+                         "heavytail.science.kernels.FORMS")
+    return Kernel(name, forms.g, forms.log_g, forms.dlog_g, forms.g_ratio, forms.ratio_row, row.growth)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
+from heavytail import names
 from heavytail.science.distributions import A_MIN, MirroredPareto, ShiftedGaussian
 
 __all__ = [
@@ -26,8 +27,9 @@ __all__ = [
     "shear_matrix", "qud_matrix", "qud_inverse", "Trials", "Benchmark",
 ]
 
-OPERATORS = ("sheared_swap", "matrix_inverse")
-MARGINALS = ("mirrored_pareto", "gaussian")
+# The operators and marginal families, and which pairs can be learnt, are heavytail.names' (Section 3.2).
+OPERATORS = names.BENCHMARKS
+MARGINALS = names.MARGINALS
 
 # lambda = mu_N = 1 (Section 4.2): the common latent location that makes the input center identify T (App. D.3).
 LOCATION = 1.0
@@ -130,8 +132,9 @@ def _count(name: str, value) -> int:
 class Benchmark:
     """An operator benchmark of Section 3.2.2 on one latent marginal family (Section 3.2.1).
 
-    ``operator`` in OPERATORS, ``marginals`` in MARGINALS. The matrix inverse on Gaussian marginals is
-    unidentifiable (Prop. 6) and refused unless ``allow_unidentifiable=True`` (for the counterexample).
+    ``operator`` in OPERATORS, ``marginals`` in MARGINALS. A pair no model can learn
+    (``heavytail.names.task_refusal``: the matrix inverse on Gaussian marginals, Prop. 6) is refused unless
+    ``allow_unidentifiable=True`` (for the counterexample).
     """
 
     operator: str
@@ -143,13 +146,11 @@ class Benchmark:
             raise ValueError(f"operator must be one of {OPERATORS}; got {self.operator!r}")
         if self.marginals not in MARGINALS:
             raise ValueError(f"marginals must be one of {MARGINALS}; got {self.marginals!r}")
-        if (self.operator, self.marginals) == ("matrix_inverse", "gaussian") and not self.allow_unidentifiable:
-            raise ValueError(
-                "the matrix_inverse operator on gaussian marginals is unidentifiable (Prop. 6, App. D.3): "
-                "different parameter instances share one Gaussian input law (same mean and covariance) but "
-                "have different output laws, so no model can learn it. Use marginals='mirrored_pareto', or "
-                "pass allow_unidentifiable=True to build the counterexample deliberately."
-            )
+        why = names.task_refusal(self.operator, self.marginals)
+        if why is not None and not self.allow_unidentifiable:
+            raise ValueError(f"operator {self.operator!r} on marginals {self.marginals!r}: {why}. Use marginals "
+                             f"{names.BENCHMARK_MARGINALS[self.operator]}, or pass allow_unidentifiable=True to "
+                             "build the counterexample deliberately.")
 
     def sample_trials(self, n_trials: int, generator: torch.Generator | None = None, device=None) -> Trials:
         """Draw omega ~ Pi_T x Pi_eta independently for each of ``n_trials`` trials (App. D.1, Section 3.2.1)."""
