@@ -77,7 +77,7 @@ def test_any_configuration_key_is_an_axis_and_names_every_varying_key():
     (lambda g: g["axes"].update(kernel=["softmax", "softmax"]) or g["base"].pop("kernel"), r"share the folder"),
     (lambda g: g["axes"].update(kernel=[]) or g["base"].pop("kernel"), r"axis 'kernel'.*non-empty list"),
     (lambda g: g["axes"]["tasks"].append({"benchmark": "sheared_swap"}), r"exactly the keys benchmark, marginals"),
-    (lambda g: g["axes"]["tasks"].append({"benchmark": "matrix_inverse", "marginals": "gaussian"}), r"Proposition 6"),
+    (lambda g: g["axes"]["tasks"].append({"benchmark": "matrix_inverse", "marginals": "gaussian"}), r"unidentifiable \(Prop\. 6"),
     (lambda g: g["axes"].update(symlog=[True]), r"\['symlog'\] are set in more than one place"),
     (lambda g: g.update(slurm={"gpus": 1}), r"unknown key\(s\) \['gpus'\] in 'slurm'"),
     (lambda g: g.update(local={"workers": 0}), r"local.workers=0"),
