@@ -2,14 +2,17 @@
 
 The same flag means the same thing in every command: ``--output DIR`` (the folder written), ``--quiet``
 (no progress bars), ``--set KEY=VALUE`` (override a setting, the value read as YAML), ``--only PATTERN``
-(shell patterns of names to run). Bad input (a missing file, an unknown key, a value out of range) ends
-the command with one line on stderr and exit code 2, never a traceback: :func:`bad_input`.
+(shell patterns of names to run). Bad input (a missing file, a file that is not YAML, an unknown key, a
+value out of range) ends the command with one line on stderr and exit code 2, never a traceback:
+:func:`bad_input`. Every YAML file a command is given is read by :func:`read_yaml`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 # The exceptions a command raises for input it cannot use; anything else is a bug and keeps its traceback.
@@ -49,6 +52,27 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
         except yaml.YAMLError as err:
             raise ValueError(f"--set {pair!r}: the value is not a YAML scalar ({err.__class__.__name__})") from None
     return out
+
+
+def read_yaml(path: str | os.PathLike) -> Any:
+    """The YAML document in ``path``; a syntax error is a one-line :class:`ValueError` naming the file, line
+    and column (yaml's own message spans several lines and points into the parser)."""
+    import yaml
+
+    path = Path(path)
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from None
+    except yaml.MarkedYAMLError as err:
+        mark, context = err.problem_mark, ""
+        if err.context and err.context_mark is not None:
+            context = f" ({err.context} that starts at line {err.context_mark.line + 1})"
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = err.problem or "syntax error"
+        raise ValueError(f"{where}: not valid YAML: {problem}{context}") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
 
 
 def bad_input(command: str, err: BaseException) -> int:

@@ -115,7 +115,9 @@ class RunConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> "RunConfig":
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        from heavytail.cli import read_yaml  # a YAML syntax error: one line naming the file and line
+
+        data = read_yaml(path) or {}
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a mapping of configuration keys, got {type(data).__name__}")
         return cls.from_dict(data, **overrides)
