@@ -91,7 +91,7 @@ def test_an_impossible_request_is_one_line_and_exit_2(slurm_cluster, tmp_path, c
 
 
 def test_sinfo_time_limits_and_gres_are_read():
-    from heavytail.pipeline.slurm import _gpus, _minutes
+    from heavytail.pipeline.cluster import _gpus, _minutes
 
     assert [_minutes(t) for t in ("infinite", "UNLIMITED", "30", "30:00", "1:00:00", "2-00:00:00", "2-12", "1-2:30")] \
         == [None, None, 30, 30, 60, 2880, 3600, 1590]

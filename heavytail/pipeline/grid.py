@@ -87,7 +87,7 @@ from heavytail.harness.config import RunConfig
 from heavytail.io import load_json, save_json
 from heavytail.harness.rundir import EXECUTION, RESULTS, RunDir
 from heavytail.pipeline import lock
-from heavytail.pipeline import slurm as cluster
+from heavytail.pipeline import cluster
 from heavytail.pipeline.notebook import NotebookResult, run_notebook, write_index
 
 EXECUTORS = ("local", "slurm", "submitit-local")

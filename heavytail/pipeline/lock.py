@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from heavytail.pipeline import slurm
+from heavytail.pipeline import cluster
 
 LOCK_FILE = "grid.lock"
 
@@ -56,7 +56,7 @@ def _start_time(pid: int) -> str | None:
 
 
 def _me() -> Holder:
-    return Holder(pid=os.getpid(), host=socket.gethostname(), job_id=slurm.current_job_id(os.environ),
+    return Holder(pid=os.getpid(), host=socket.gethostname(), job_id=cluster.current_job_id(os.environ),
                   since=time.strftime("%Y-%m-%dT%H:%M:%S"), pid_start=_start_time(os.getpid()))
 
 
@@ -74,16 +74,16 @@ def read(run_dir: Path) -> Holder | None:
 
 
 def _alive(holder: Holder) -> bool:
-    mine = slurm.current_job_id(os.environ)
+    mine = cluster.current_job_id(os.environ)
     if holder.job_id:
         if mine and holder.job_id == mine:
             return False  # an earlier attempt of this job, before SLURM requeued it
         try:
-            state = slurm.job_states([holder.job_id]).get(holder.job_id)
+            state = cluster.job_states([holder.job_id]).get(holder.job_id)
         except ValueError:
             state = None  # squeue unusable from here: decide by the process below
         else:
-            return state is not None and slurm.is_active(state)
+            return state is not None and cluster.is_active(state)
     if holder.host == socket.gethostname():
         try:
             os.kill(holder.pid, 0)
