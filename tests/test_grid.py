@@ -16,7 +16,10 @@ import yaml
 from heavytail.studies.ablation import findings
 from heavytail.harness.config import RunConfig
 from heavytail.harness.evaluate import load_results
-from heavytail.pipeline.grid import NOTEBOOK_EXTRAS, GridSpec, main, run_grid, slurm_executor
+from heavytail.pipeline.configuration import configuration_jobs
+from heavytail.pipeline.grid import main, run_grid
+from heavytail.pipeline.grid_file import GridSpec
+from heavytail.pipeline.slurm import slurm_executor
 from heavytail.harness.artifacts import repo_root
 from heavytail.harness.train import train, training_log
 
@@ -126,7 +129,8 @@ def test_notebook_parameters_are_the_run_configuration(tmp_path):
     path = tmp_path / "04_ablation.ipynb"
     jupytext.write(nb, path)
     inferred = papermill.inspect_notebook(str(path))
-    assert set(inferred) == set(NOTEBOOK_EXTRAS) | {"report", "output_root"}
+    job = configuration_jobs(GridSpec.from_dict(_smoke()), tmp_path, threads=1)[0]
+    assert set(inferred) == set(job.parameters()) | {"report", "output_root"}
     assert inferred["config"]["default"] == "None"
     assert nb.metadata["kernelspec"]["name"] == "python3"
     # config None: the notebook's own quick configuration, a valid RunConfig with the keys a reader looks for.
@@ -143,22 +147,30 @@ def test_notebook_parameters_are_the_run_configuration(tmp_path):
 
 
 def test_a_rerun_never_resubmits_a_configuration_slurm_still_runs(tmp_path, monkeypatch):
-    import heavytail.pipeline.grid as grid_mod
+    from heavytail.pipeline import cluster, slurm
 
     states = {"7_0": "RUNNING", "7_1": "COMPLETED", "7_2": "PENDING", "7_3": "TIMEOUT", "7_4": "REQUEUED"}
-    monkeypatch.setattr(grid_mod, "_slurm_state", lambda grid_dir, job_id: states[job_id])
+    asked = []
+
+    def squeue(job_ids):
+        asked.append(sorted(job_ids))
+        return {j: states[j] for j in job_ids if j in states}
+
+    monkeypatch.setattr(cluster, "job_states", squeue)
     entries = [{"name": f"c{i}", "status": "submitted", "job_id": f"7_{i}"} for i in range(5)]
     entries.append({"name": "c5", "status": "failed", "job_id": "7_5"})  # finished with a record: never looked up
+    entries.append({"name": "c6", "status": "submitted", "job_id": "7_6"})  # gone from squeue: not active
     (tmp_path / "grid.json").write_text(json.dumps({"configurations": entries}))
-    names = [f"c{i}" for i in range(6)]
-    assert grid_mod.active_slurm_jobs(tmp_path, names) == {"c0": "7_0", "c2": "7_2", "c4": "7_4"}
-    assert grid_mod.active_slurm_jobs(tmp_path, ["c1", "c3"]) == {}  # configurations no longer in the grid file
+    names = [f"c{i}" for i in range(7)]
+    assert slurm.active_jobs(tmp_path, names) == {"c0": "7_0", "c2": "7_2", "c4": "7_4"}
+    assert asked == [["7_0", "7_1", "7_2", "7_3", "7_4", "7_6"]]  # one squeue call, only the submitted ones
+    assert slurm.active_jobs(tmp_path, ["c1", "c3"]) == {}  # configurations no longer in the grid file
 
-    def unreadable(grid_dir, job_id):
-        raise RuntimeError("sacct: command not found")
+    def unreadable(job_ids):
+        raise ValueError("squeue failed: slurm_load_jobs error")
 
-    monkeypatch.setattr(grid_mod, "_slurm_state", unreadable)
-    assert grid_mod.active_slurm_jobs(tmp_path, ["c1"]) == {"c1": "7_1"}  # unknown counts as active: never twice
+    monkeypatch.setattr(cluster, "job_states", unreadable)
+    assert slurm.active_jobs(tmp_path, ["c1"]) == {"c1": "7_1"}  # unknown counts as active: never twice
 
 
 # ------------------------------------------------------------------------------------ end to end
@@ -273,9 +285,9 @@ def test_grid_json_counts_as_running_only_what_a_worker_runs(tmp_path, monkeypat
     import threading
     import time as _time
 
-    import heavytail.pipeline.grid as grid_mod
+    from heavytail.pipeline import local
 
-    monkeypatch.setattr(grid_mod, "execute_configuration", _slow_stand_in)
+    monkeypatch.setattr(local, "execute_configuration", _slow_stand_in)
     grid = _smoke()
     del grid["base"]["seed"]
     grid["axes"]["seed"] = [0, 1]  # four configurations through one worker

@@ -13,7 +13,9 @@ import yaml
 
 from heavytail.harness.artifacts import repo_root
 from heavytail.pipeline import lock
-from heavytail.pipeline.grid import EXIT_LOCKED, GridSpec, _jobs, execute_configuration, main
+from heavytail.pipeline.configuration import configuration_jobs, execute_configuration
+from heavytail.pipeline.grid import EXIT_LOCKED, main
+from heavytail.pipeline.grid_file import GridSpec
 
 
 def test_a_live_holder_keeps_the_lock_and_is_named(tmp_path):
@@ -58,7 +60,7 @@ def test_a_holder_on_another_host_without_a_job_counts_as_alive(tmp_path):
 def test_a_locked_configuration_is_not_executed_and_its_folder_left_alone(tmp_path):
     grid = yaml.safe_load((repo_root() / "params" / "grid_smoke.yaml").read_text())
     spec = GridSpec.from_dict(grid)
-    job = _jobs(spec, tmp_path / spec.name, threads=1)[0]
+    job = configuration_jobs(spec, tmp_path / spec.name, threads=1)[0]
     held = lock.acquire(tmp_path / spec.name / job.name)
     record = execute_configuration(job)
     assert record["status"] == "locked" and f"pid {held.pid}" in record["error"]

@@ -197,16 +197,16 @@ def test_artifacts_write_figures_and_tables(tmp_path):
 def test_the_grid_step_replaces_the_per_configuration_notebook(tmp_path, monkeypatch):
     """A params file naming a grid runs the grid where its notebook (04_ablation) sits, and a failed
     configuration fails that entry with the configuration's name and cell, without stopping the report."""
-    import heavytail.pipeline.grid as grid_mod
+    from heavytail.pipeline import grid_record
 
     calls = []
 
     def fake_run_grid(spec, executor="local", **kw):
         calls.append((spec.name, executor))
-        entries = [grid_mod.GridEntry(name=c.name, run_dir=c.name, config=c.to_dict()) for c in spec.configs]
+        entries = [grid_record.GridEntry(name=c.name, run_dir=c.name, config=c.to_dict()) for c in spec.configs]
         entries[0].status = "ok"
         entries[1].status, entries[1].failed_cell, entries[1].error = "failed", 3, "RuntimeError: boom"
-        return grid_mod.GridReport(name=spec.name, directory=tmp_path / spec.name, executor=executor, entries=entries,
+        return grid_record.GridReport(name=spec.name, directory=tmp_path / spec.name, executor=executor, entries=entries,
                                    finished=True)
 
     monkeypatch.setattr(report, "run_grid", fake_run_grid)
@@ -230,14 +230,14 @@ def test_several_grids_run_before_their_readers_and_their_folders_are_injected(t
     """The params format for several grids: 'grids' names each grid file by a key, a notebook section names
     the grids it reads, the runner runs each grid once (with the params file's executor unless the command
     line says otherwise) before its first reader and injects each grid's folder as the named parameter."""
-    import heavytail.pipeline.grid as grid_mod
+    from heavytail.pipeline import grid_record
 
     calls = []
 
     def fake_run_grid(spec, executor="local", output_root=None, **kw):
         calls.append((spec.name, executor, output_root))
-        entries = [grid_mod.GridEntry(name=n, run_dir=n, status="ok") for n in spec.names]
-        return grid_mod.GridReport(name=spec.name, directory=output_root / spec.name, executor=executor,
+        entries = [grid_record.GridEntry(name=n, run_dir=n, status="ok") for n in spec.names]
+        return grid_record.GridReport(name=spec.name, directory=output_root / spec.name, executor=executor,
                                    entries=entries, finished=True)
 
     monkeypatch.setattr(report, "run_grid", fake_run_grid)

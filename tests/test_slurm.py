@@ -17,7 +17,8 @@ import torch
 import yaml
 
 from heavytail.harness.artifacts import repo_root
-from heavytail.pipeline.grid import GridSpec, main
+from heavytail.pipeline.grid import main
+from heavytail.pipeline.grid_file import GridSpec
 
 from executed import train_cell
 

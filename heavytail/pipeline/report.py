@@ -10,7 +10,7 @@ Params YAML convention (one file carries every notebook's parameters and names t
 
     report: cpu                       # output folder name: outputs/cpu/
     executor: local                   # optional: how grids run (local | submitit-local | slurm); --executor wins
-    grids:                            # optional: short key -> grid file (heavytail.pipeline.grid)
+    grids:                            # optional: short key -> grid file (heavytail.pipeline.grid_file)
       ablation: params/grid_cpu.yaml
       gap: params/grid_gap_cpu.yaml
     notebooks:                        # one section per notebook, keyed by the file stem, run in file-name order
@@ -48,11 +48,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from heavytail import cli
 from heavytail.harness.artifacts import NOTEBOOK_PATTERN, repo_root
-from heavytail.pipeline.grid import EXECUTORS, GridSpec, run_grid
+from heavytail.pipeline.grid import EXECUTORS, run_grid
+from heavytail.pipeline.grid_file import GridSpec
 from heavytail.pipeline.landing import write_landing
 from heavytail.pipeline.notebook import (RUNNER_PARAMETERS, NotebookResult, _require_notebook_tools, discover_notebooks,
-                       run_notebook, write_index_json)
+                                         run_notebook, write_index_json)
 
 GRID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 SECTION_GRIDS = "grids"  # the reserved key of a notebook section: which grid folders it reads
@@ -75,11 +77,6 @@ class ReportParams:
     grids: dict[str, str] = field(default_factory=dict)  # grid key -> grid file
     reads: dict[str, dict[str, str]] = field(default_factory=dict)
     executor: str | None = None  # None: local, unless the command line says otherwise
-
-    @property
-    def grid(self) -> str | None:
-        """The grid file when the params file names exactly one grid."""
-        return next(iter(self.grids.values())) if len(self.grids) == 1 else None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: Path | None = None) -> "ReportParams":
@@ -124,13 +121,10 @@ class ReportParams:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "ReportParams":
-        import yaml
-
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"params file {path} does not exist")
-        with open(path, encoding="utf-8") as fh:
-            return cls.from_dict(yaml.safe_load(fh) or {}, source=path)
+        return cls.from_dict(cli.read_yaml(path) or {}, source=path)
 
 
 def _grid_files(data: Mapping[str, Any], where: str) -> dict[str, str]:
@@ -325,9 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         params = ReportParams.from_yaml(args.params)
         results = run_report(params, notebooks_dir=args.notebooks_dir, output_dir=args.output_dir, only=args.only,
                              progress=not args.quiet, executor=args.executor)
-    except (ValueError, FileNotFoundError, ModuleNotFoundError) as exc:  # bad params or set-up: no traceback needed
-        print(f"[report] error: {exc}", file=sys.stderr)
-        return 2
+    except cli.BAD_INPUT as err:  # bad params or set-up: one line, no traceback
+        return cli.bad_input("report", err)
     out_dir = Path(args.output_dir) if args.output_dir else repo_root() / "outputs" / params.report
     failed = [r for r in results if r.status == "failed"]
     counts = {s: sum(r.status == s for r in results) for s in ("ok", "failed", "skipped")}
