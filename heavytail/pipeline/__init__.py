@@ -1,6 +1,7 @@
 """The batch pipeline around the notebooks, one way down: ``report`` -> ``grid`` -> the grid's parts -> ``notebook``.
 
-- ``notebook``: execute one notebook (jupytext -> papermill -> nbconvert HTML) and index a folder of them;
+- ``notebook``: execute one notebook (jupytext -> papermill -> nbconvert HTML), check the names it takes, and
+  index a folder of them;
 - ``grid_file``: a grid file, validated and expanded into its configurations and their folder names;
 - ``configuration``: one configuration's job (one notebook execution, under the run folder's ``lock``) and
   its execution record;

@@ -26,7 +26,7 @@ from heavytail.harness.rundir import RunDir
 from heavytail.io import save_json
 from heavytail.pipeline import lock
 from heavytail.pipeline.grid_file import GridSpec
-from heavytail.pipeline.notebook import run_notebook
+from heavytail.pipeline.notebook import check_parameters, run_notebook
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -53,12 +53,22 @@ class ConfigurationJob:
         return {"config": self.config, "run_dir": self.run_dir, "floor_cache": self.floor_cache, "progress": False}
 
 
-def configuration_jobs(spec: GridSpec, grid_dir: Path, threads: int | None) -> list[ConfigurationJob]:
-    """One job per configuration of ``spec``, writing under ``grid_dir``."""
-    root = repo_root()
-    notebook = (root / spec.notebook).resolve()
+# The names ConfigurationJob.parameters passes; the grid's notebook must take every one of them.
+JOB_PARAMETERS = tuple(ConfigurationJob("", "", {}, "", "", "", "").parameters())
+
+
+def grid_notebook(spec: GridSpec) -> Path:
+    """The grid's notebook, after checking that it exists and takes the parameters every job passes."""
+    notebook = (repo_root() / spec.notebook).resolve()
     if not notebook.is_file():
         raise FileNotFoundError(f"grid {spec.name!r}: notebook {notebook} does not exist")
+    check_parameters(notebook, JOB_PARAMETERS, f"grid {spec.name!r}")
+    return notebook
+
+
+def configuration_jobs(spec: GridSpec, grid_dir: Path, threads: int | None) -> list[ConfigurationJob]:
+    """One job per configuration of ``spec``, writing under ``grid_dir``."""
+    root, notebook = repo_root(), grid_notebook(spec)
     return [
         ConfigurationJob(grid=spec.name, name=folder, config=cfg.to_dict(), run_dir=str(grid_dir / folder),
                          floor_cache=str(grid_dir / "_floors"), notebook=str(notebook), cwd=str(root), threads=threads)

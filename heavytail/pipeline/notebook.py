@@ -9,6 +9,8 @@ Pipeline per notebook (``notebooks/NN_name.py``, jupytext py:percent, python3 ke
 3. nbconvert renders the executed notebook (complete or partial) to HTML.
 
 A failure inside the notebook is a :class:`NotebookResult` with its failing code cell, never an exception.
+:func:`check_parameters` refuses, before anything runs, a name the notebook's ``parameters`` cell does not
+define (papermill would only warn and run the notebook with its defaults).
 :func:`write_index` writes the ``index.html`` / ``index.json`` listing of a folder of executed notebooks
 (the report's and each grid's). The lowest layer of :mod:`heavytail.pipeline`: it imports only
 :mod:`heavytail.io` and :mod:`heavytail.harness.artifacts`.
@@ -64,6 +66,30 @@ def discover_notebooks(notebooks_dir: Path) -> list[Path]:
     if not notebooks_dir.is_dir():
         raise FileNotFoundError(f"notebooks folder {notebooks_dir} does not exist")
     return sorted(p for p in notebooks_dir.glob("*.py") if NOTEBOOK_PATTERN.match(p.stem))
+
+
+def parameters_of(source: Path) -> tuple[str, ...]:
+    """The names the notebook's ``parameters`` cell defines, as papermill itself reads them: papermill
+    injects any other name too but only warns about it, and the notebook runs with its defaults."""
+    _require_notebook_tools()
+    import jupytext
+    import papermill as pm
+
+    with tempfile.TemporaryDirectory(prefix=f"heavytail-inspect-{source.stem}-") as tmp:
+        converted = Path(tmp) / f"{source.stem}.ipynb"  # papermill cannot read a .py notebook
+        jupytext.write(jupytext.read(source), converted)
+        return tuple(pm.inspect_notebook(str(converted)))
+
+
+def check_parameters(source: Path, names: Sequence[str], where: str) -> None:
+    """Refuse (ValueError, one line) names the notebook's ``parameters`` cell does not define, listing those
+    it does; ``where`` says who set them."""
+    taken = parameters_of(source)
+    unknown = sorted(set(names) - set(taken))
+    if unknown:
+        settable = [n for n in taken if n not in RUNNER_PARAMETERS]
+        raise ValueError(f"{where} sets {unknown}, which {source} does not take; its parameters: "
+                         f"{', '.join(settable) or 'none'}")
 
 
 def _code_cell_number(nb, cell_index: int | None) -> int | None:

@@ -28,10 +28,13 @@ notebooks that read it (a grid whose notebook is not in the folder runs just bef
 grid writes ``<grid name>/`` next to the report's folder (``outputs/grid-cpu/`` beside ``outputs/cpu/``), and
 the runner injects that folder into the notebooks that read it, so no params file spells a grid folder. ``grid: <file>`` is short for ``grids: {grid: <file>}``.
 
-Notebooks in the folder without a section are listed in the index as skipped (so a small params file,
-e.g. ``params/smoke.yaml``, never runs a notebook at an unknown scale). The runner itself injects two
-parameters into every notebook: ``report`` (the report name) and ``output_root`` (absolute path of
-``outputs/<report>``); notebooks pass them to :func:`heavytail.harness.artifacts.artifacts`.
+Every name a section sets, and every parameter its ``grids`` names, must be one its notebook's ``parameters``
+cell defines: the runner refuses the params file otherwise, before any notebook runs (papermill would only
+warn and run the notebook with its defaults). Notebooks in the folder without a section are listed in the
+index as skipped (so a small params file, e.g. ``params/smoke.yaml``, never runs a notebook at an unknown
+scale). The runner itself injects two parameters into every notebook: ``report`` (the report name) and
+``output_root`` (absolute path of ``outputs/<report>``); notebooks pass them to
+:func:`heavytail.harness.artifacts.artifacts`.
 
 The top layer of :mod:`heavytail.pipeline`: report -> grid -> notebook execution -> io.
 """
@@ -50,11 +53,12 @@ from typing import Any, Mapping, Sequence
 
 from heavytail import cli
 from heavytail.harness.artifacts import NOTEBOOK_PATTERN, repo_root
+from heavytail.pipeline.configuration import grid_notebook
 from heavytail.pipeline.grid import EXECUTORS, run_grid
 from heavytail.pipeline.grid_file import GridSpec
 from heavytail.pipeline.landing import write_landing
-from heavytail.pipeline.notebook import (RUNNER_PARAMETERS, NotebookResult, _require_notebook_tools, discover_notebooks,
-                                         run_notebook, write_index_json)
+from heavytail.pipeline.notebook import (RUNNER_PARAMETERS, NotebookResult, _require_notebook_tools, check_parameters,
+                                         discover_notebooks, run_notebook, write_index_json)
 
 GRID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 SECTION_GRIDS = "grids"  # the reserved key of a notebook section: which grid folders it reads
@@ -157,6 +161,15 @@ def _section_grids(value: Any, grids: Mapping[str, str], name: str, where: str) 
     return dict(wanted)
 
 
+def _check_sections(params: ReportParams, sources: Sequence[Path]) -> None:
+    """Refuse a name a section sets (itself or through its ``grids``) that its notebook does not take."""
+    by_stem = {s.stem: s for s in sources}
+    for name, section in params.notebooks.items():
+        names = [*section, *params.reads.get(name, {})]
+        if names:
+            check_parameters(by_stem[name], names, f"{params.source or 'params'}: section {name!r}")
+
+
 @dataclass
 class _Grid:
     key: str
@@ -188,6 +201,7 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
     missing = [n for n in params.notebooks if n not in names]
     if missing:
         raise ValueError(f"params sections {missing} have no notebook in {notebooks_dir}; notebooks there: {names}")
+    _check_sections(params, sources)
     if only:
         bad = [pat for pat in only if not fnmatch.filter(names, pat)]
         if bad:
@@ -255,14 +269,13 @@ def _write_pages(out_dir: Path, params: ReportParams, results: Sequence[Notebook
 
 
 def _load_grids(params: ReportParams, root: Path, outputs: Path) -> list[_Grid]:
-    """The params file's grids, validated, with the folder each writes: ``<outputs>/<grid name>``, next to
-    the report's own folder (``outputs/<report>``)."""
+    """The params file's grids, validated (their notebooks too), with the folder each writes:
+    ``<outputs>/<grid name>``, next to the report's own folder (``outputs/<report>``)."""
     grids = []
     for key, file in params.grids.items():
         path = Path(file)
         spec = GridSpec.load(path if path.is_absolute() else root / path)
-        grids.append(_Grid(key=key, spec=spec, directory=outputs / spec.name,
-                           notebook=(root / spec.notebook).resolve()))
+        grids.append(_Grid(key=key, spec=spec, directory=outputs / spec.name, notebook=grid_notebook(spec)))
     return grids
 
 
