@@ -250,3 +250,33 @@ def cross_check(own: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[st
 
 def _list(xs: Sequence[float]) -> str:
     return ", ".join(C.fmt(x) for x in sorted(xs))
+
+
+def markdown(found: Sequence[Mapping[str, Any]]) -> str:
+    """The claims as a markdown list (what ``python -m heavytail claims`` prints and the README embeds)."""
+    return "\n".join(f"- {C.render(f)}" for f in found)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m heavytail claims [MAP]``: the kernel-gap claims decided on a shipped map, as markdown."""
+    import argparse
+
+    from heavytail import cli
+    from heavytail.studies import reference_maps as R
+
+    parser = argparse.ArgumentParser(prog="python -m heavytail claims",
+                                     description="Print the kernel-gap claims decided on a shipped reference map.")
+    parser.add_argument("map", nargs="?", default="gap-design", help="which map (default: %(default)s): "
+                        + ", ".join(R.MAPS))
+    args = parser.parse_args(argv)
+    try:
+        if args.map not in R.MAPS:
+            raise ValueError(f"unknown map {args.map!r}; the shipped maps are: {', '.join(R.MAPS)}")
+        shipped = R.load(args.map)
+        if shipped is None:
+            raise ValueError(f"{R.path_of(args.map)} is not shipped; run its grid and python -m heavytail ship-map")
+    except cli.BAD_INPUT as err:
+        return cli.bad_input("claims", err)
+    runs = shipped["runs"]
+    print(markdown(long_findings(runs) if args.map == "gap-long" else findings(runs)))
+    return 0
