@@ -315,6 +315,8 @@ def statistic_text(c: Claim | Mapping[str, Any]) -> str:
     d = c.to_dict() if isinstance(c, Claim) else c
     if d.get("estimate") is None:
         return "n/a"
+    if d.get("low") is None:  # a count, not an estimate
+        return f"{d['statistic']}: {fmt(d['estimate'])}"
     return (f"{d['statistic']} {fmt(d['estimate'])} (95 % interval {fmt(d['low'])}-{fmt(d['high'])}), "
             f"{d['seeds']} seeds")
 

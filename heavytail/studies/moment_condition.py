@@ -1,0 +1,111 @@
+"""App. A's moment condition, tested statically: how fast a kernel's attention output grows with N.
+
+For a strictly positive kernel with g(t) <= C(1 + |t|^q), a finite (q+1)-st absolute moment of the key/value
+measure makes attention's population integrals finite (App. A); softmax (q = infinity) has none for any
+polynomial tail. Take tokens x_j in R^d with i.i.d. symmetric Pareto(a) coordinates (Section 3.2.1's
+marginals, tail index a), fixed random projections W_Q, W_K, W_V, and one query. The attention output
+(eq. 7) for N keys is
+
+    o_N = sum_j g(s_j) v_j / sum_j g(s_j),    s_j = <W_Q x_q, W_K x_j> / sqrt(d),   v_j = W_V x_j.
+
+Order statistics give its growth. s_j and v_j are both of the size of |x_j|, which has tail index a, so
+g(s_j) has tail index a/q and g(s_j) v_j has tail index a/(q+1). A sum of N i.i.d. terms of tail index
+alpha grows like N when alpha > 1 (its mean exists) and like the largest term, N^(1/alpha), when alpha < 1.
+Hence the predicted exponent beta in |o_N| ~ N^beta (:func:`predicted_exponent`):
+
+- a > q + 1: numerator and denominator both grow like N: beta = 0, the output converges;
+- q < a <= q + 1: numerator ~ N^((q+1)/a), denominator ~ N: beta = (q+1)/a - 1;
+- a <= q (softmax for every a): both are dominated by the largest term, o_N ~ v at the largest score:
+  beta = 1/a, the growth of the largest of N draws.
+
+:func:`output_growth` measures |o_N| on nested ensembles (the first N of 2^n_max tokens), in float64
+through log-sum-exp so that softmax's exp(s) never overflows, and :func:`fit_exponent` fits beta with a
+bootstrap interval over independent repetitions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+
+def predicted_exponent(q: float, a: float) -> float:
+    """beta(q, a) above: 0 when a > q + 1, (q+1)/a - 1 when q < a <= q + 1, 1/a when a <= q (q may be inf)."""
+    if a <= 0:
+        raise ValueError(f"tail index a={a} must be > 0")
+    if a > q + 1:
+        return 0.0
+    if a > q:
+        return (q + 1) / a - 1
+    return 1 / a
+
+
+def symmetric_pareto(n: int, d: int, a: float, generator: torch.Generator) -> torch.Tensor:
+    """(n, d) float64 draws of sign * (U^(-1/a) - 1)."""
+    u = torch.rand(n, d, generator=generator, dtype=torch.float64)
+    sign = torch.where(torch.rand(n, d, generator=generator, dtype=torch.float64) < 0.5, -1.0, 1.0)
+    return sign * (u.pow(-1.0 / a) - 1.0)
+
+
+def output_growth(log_gs: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], a: float, ns: Sequence[int],
+                  reps: int, d: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
+    """Per kernel, (reps, len(ns)) norms |o_N| of one query's attention output over the first N of max(ns)
+    keys. Every kernel sees the same draws: each repetition draws its own projections, query and tokens;
+    ``log g`` is applied in float64 and the sums are taken in log space (logcumsumexp)."""
+    n_max = max(ns)
+    idx = torch.tensor([n - 1 for n in ns])
+    out = {name: np.empty((reps, len(ns))) for name in log_gs}
+    gen = torch.Generator().manual_seed(seed)
+    for r in range(reps):
+        w_q, w_k, w_v = (torch.randn(d, d, generator=gen, dtype=torch.float64) for _ in range(3))
+        x_q = symmetric_pareto(1, d, a, gen)
+        x = symmetric_pareto(n_max, d, a, gen)
+        s = ((x_q @ w_q.T) @ (x @ w_k.T).T)[0] / math.sqrt(d)  # (n_max,) scores of eq. 1
+        v = x @ w_v.T  # (n_max, d)
+        log_parts = [torch.log((sign * v).clamp_min(0)) for sign in (1.0, -1.0)]
+        for name, log_g in log_gs.items():
+            lg = log_g(s)
+            log_den = torch.logcumsumexp(lg, 0)[idx]
+            o = torch.zeros(len(ns), d, dtype=torch.float64)
+            for sign, log_part in zip((1.0, -1.0), log_parts):
+                o += sign * torch.exp(torch.logcumsumexp(lg[:, None] + log_part, 0)[idx] - log_den[:, None])
+            out[name][r] = o.norm(dim=-1).numpy()
+    return out
+
+
+@dataclass(frozen=True)
+class Exponent:
+    beta: float
+    low: float
+    high: float
+
+
+def fit_exponent(ns: Sequence[int], norms: np.ndarray, n_boot: int = 1000, seed: int = 0) -> Exponent:
+    """Slope of log median_r |o_N| on log N with a percentile bootstrap interval over repetitions r."""
+    x = np.log(np.asarray(ns, dtype=float))
+
+    def slope(block: np.ndarray) -> float:
+        y = np.log(np.median(block, axis=0))
+        return float(np.polyfit(x, y, 1)[0])
+
+    rng = np.random.default_rng(seed)
+    boots = [slope(norms[rng.integers(0, len(norms), len(norms))]) for _ in range(n_boot)]
+    return Exponent(slope(norms), float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975)))
+
+
+def exponent_table(kernels: Mapping[str, float], tail_indices: Sequence[float], norms: Mapping[float, Mapping[str, np.ndarray]],
+                   ns: Sequence[int], n_boot: int = 1000) -> list[dict]:
+    """One row per (kernel with growth order q, tail index a): predicted and measured exponent with its 95 %
+    bootstrap interval, and whether the interval holds the prediction."""
+    rows = []
+    for a in tail_indices:
+        for name, q in kernels.items():
+            e = fit_exponent(ns, norms[a][name], n_boot=n_boot)
+            beta = predicted_exponent(q, a)
+            rows.append({"kernel": name, "q": q, "a": a, "predicted": beta, "measured": e.beta, "low": e.low,
+                         "high": e.high, "holds": e.low <= beta <= e.high})
+    return rows
