@@ -268,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description="Print the kernel-gap claims decided on a shipped reference map.")
     parser.add_argument("map", nargs="?", default="gap-design", help="which map (default: %(default)s): "
                         + ", ".join(R.MAPS))
+    parser.add_argument("--update", metavar="FILE", default=None,
+                        help="rewrite the block between '<!-- claims MAP -->' and '<!-- /claims -->' in FILE")
     args = parser.parse_args(argv)
     try:
         if args.map not in R.MAPS:
@@ -278,5 +280,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except cli.BAD_INPUT as err:
         return cli.bad_input("claims", err)
     runs = shipped["runs"]
-    print(markdown(long_findings(runs) if args.map == "gap-long" else findings(runs)))
+    text = markdown(long_findings(runs) if args.map == "gap-long" else findings(runs))
+    if args.update is None:
+        print(text)
+        return 0
+    import re
+    from pathlib import Path
+
+    from heavytail.io import atomic_write_text
+
+    path = Path(args.update)
+    pattern = re.compile(rf"(<!-- claims {re.escape(args.map)} -->\n).*?(\n<!-- /claims -->)", re.S)
+    try:
+        old = path.read_text()
+        if not pattern.search(old):
+            raise ValueError(f"{path} has no '<!-- claims {args.map} -->' ... '<!-- /claims -->' block")
+    except cli.BAD_INPUT + (OSError,) as err:
+        return cli.bad_input("claims", err)
+    atomic_write_text(path, pattern.sub(lambda m: m.group(1) + text + m.group(2), old))
+    print(f"updated the {args.map} claims in {path}")
     return 0
