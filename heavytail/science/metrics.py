@@ -36,6 +36,8 @@ __all__ = [
     "hill_error_discrepancy",
     "hill_estimate",
     "hill_k",
+    "hill_path",
+    "hill_band_miss",
     "hill_k_from_seam",
     "noise_units",
     "ratio_interval",
@@ -134,6 +136,37 @@ def hill_estimate(z, k: int) -> torch.Tensor:
     gamma = logs[..., :k].mean(-1) - logs[..., k]
     out_dtype = z.dtype if z.is_floating_point() else torch.float64
     return (1.0 / gamma).to(out_dtype)
+
+
+def hill_path(z, k_max: int) -> torch.Tensor:
+    """Hill estimates (eq. 38) for every k = 1 .. k_max at once, along the last dimension: ``(..., k_max)``.
+
+    The same estimator as :func:`hill_estimate` (float64, logs floored at 1e-16) from one sort of the
+    k_max + 1 largest values and a cumulative sum, so the whole Hill plot of App. J's future work ("errors
+    across a range of thresholds") costs one ``topk``."""
+    z = torch.as_tensor(z)
+    n = z.shape[-1]
+    if not 1 <= int(k_max) < n:
+        raise ValueError(f"k_max={k_max} must satisfy 1 <= k_max < N = {n}")
+    check_finite(z, "z")
+    top = torch.topk(z.to(torch.float64), int(k_max) + 1, dim=-1, largest=True, sorted=True).values
+    logs = torch.log(top.clamp_min(HILL_FLOOR))
+    k = torch.arange(1, int(k_max) + 1, dtype=torch.float64)
+    gamma = logs[..., :-1].cumsum(-1) / k - logs[..., 1:]
+    return 1.0 / gamma
+
+
+def hill_band_miss(z, tail_index, k_lo: int, k_hi: int, z_score: float = 1.959964) -> torch.Tensor:
+    """Share of thresholds k in [k_lo, k_hi] where the asymptotic 95 % band of the Hill estimate,
+    a_hat (1 +- 1.96 / sqrt(k)), excludes the known tail index: ``(...)`` for samples ``(..., N)`` and
+    ``tail_index`` broadcastable to ``(...)``. An i.i.d. Pareto sample misses at some k too (the band is
+    pointwise and the estimator biased at large k), so compare a model's share with its target's."""
+    path = hill_path(z, k_hi)[..., k_lo - 1 :]
+    k = torch.arange(k_lo, k_hi + 1, dtype=torch.float64)
+    half = z_score / k.sqrt()
+    a = torch.as_tensor(tail_index, dtype=torch.float64).unsqueeze(-1)
+    outside = (a < path * (1 - half)) | (a > path * (1 + half)) | ~torch.isfinite(path)
+    return outside.double().mean(-1)
 
 
 def hill_error_discrepancy(e, e_hat) -> float:
