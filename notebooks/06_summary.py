@@ -45,6 +45,7 @@ from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.studies import claims as C
 from heavytail.studies import kernel_gap_claims
 from heavytail.studies import reference_maps as R
+from heavytail.studies import ablation_claims as AC
 from heavytail.studies import summary as S
 from heavytail.studies import summary_plots as P
 from heavytail.studies import tables
@@ -113,7 +114,7 @@ if runs:
 aggs = S.aggregate(runs)
 n_multi = sum(a["n_seeds"] > 1 for a in aggs)
 print(f"{len(aggs)} configurations; {n_multi} with more than one seed")
-for word, meaning in S.DEFINITIONS.items():
+for word, meaning in AC.DEFINITIONS.items():
     display(Markdown(f"- **{word}**: {meaning}"))
 
 # %% [markdown]
@@ -157,7 +158,7 @@ for norm, numbers in (("post", (2, 3)), ("pre", (8, 9))):
         if not any(a["benchmark"] == benchmark for a in present):
             display(Markdown(f"*No {S.NORM_LABELS[norm]} {S.BENCHMARK_LABELS[benchmark]} runs: Figure {number} not drawn.*"))
             continue
-        save(P.energy_figure(aggs, benchmark, norm), S.figure_name(benchmark, norm))
+        save(P.energy_figure(aggs, benchmark, norm), AC.figure_name(benchmark, norm))
 
 # %% [markdown]
 # ## Figures 10 and 11: per-trial energy distances against the floor
@@ -208,12 +209,12 @@ for benchmark in ("sheared_swap", "matrix_inverse"):
 # first: they are decided on the shipped one-trial-per-step map, with eight seeds per cell.
 
 # %%
-found = S.findings(aggs)
+found = AC.findings(aggs)
 if gap_grid_dir is not None:
     design = R.source("gap-design")
     if design.runs:
         found = kernel_gap_claims.findings(design.runs) + found
-show(S.findings_table(found), "findings")
+show(AC.findings_table(found), "findings")
 _ = art.save_table("claims.json", found)  # the landing page lists these (heavytail.pipeline.landing)
 
 # %% [markdown]
@@ -234,13 +235,13 @@ else:
              f"{counts[C.NOT_REPRODUCED]} did not, {counts[C.UNDECIDED]} are undecided at this power (too few "
              f"seeds to separate training runs), and {counts[C.NOT_RUN]} could not be checked because "
              "configurations are missing."]
-lines += S.findings_text(found)
+lines += AC.findings_text(found)
 if counts[C.NOT_RUN] or counts[C.NOT_REPRODUCED] or counts[C.UNDECIDED]:
     lines.append(f"Claims not run or not reproduced here are what the paper-scale grid ({paper_grid_file}) is for; "
                  "a result at a smaller scale neither confirms nor refutes the paper's.")
 display(Markdown("\n\n".join(lines)))
 
 # %%
-key_figure = next((name for name in (S.figure_name("sheared_swap", "post"), S.figure_name("matrix_inverse", "post"),
+key_figure = next((name for name in (AC.figure_name("sheared_swap", "post"), AC.figure_name("matrix_inverse", "post"),
                                      "figure10_sheared_swap_ecdf") if art.path(f"{name}.png").is_file()), None)
 art.conclude(lines[0], figure=key_figure)

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
+from heavytail.studies import ablation_claims as AC
+from heavytail.studies import paper_numbers as PN
 from heavytail.studies import summary as S
 from heavytail.harness.config import RunConfig
 from heavytail.io import save_json
@@ -66,11 +68,11 @@ def paper_like_grid(changes=None):
 
 def verdicts(runs):
     # The comparison logic on one-seed grids: min_seeds=1 lifts the seed requirement that the default applies
-    return {f["id"]: f["verdict"] for f in S.findings(S.aggregate(runs), min_seeds=1)}
+    return {f["id"]: f["verdict"] for f in AC.findings(S.aggregate(runs), min_seeds=1)}
 
 
 def test_one_seed_per_configuration_is_undecided_never_not_reproduced():
-    found = {f["id"]: f for f in S.findings(S.aggregate(paper_like_grid()))}
+    found = {f["id"]: f for f in AC.findings(S.aggregate(paper_like_grid()))}
     decided = {k: f["verdict"] for k, f in found.items() if f["verdict"] != "not run"}
     assert decided and set(decided.values()) == {"undecided at this power"}
     f = found["softmax-collapses-sheared_swap"]
@@ -78,7 +80,7 @@ def test_one_seed_per_configuration_is_undecided_never_not_reproduced():
     # the same grid with five seeds per configuration is decided
     five = [S.run_from_results(dict(r.results, config=dict(r.config, seed=s)))
             for r in paper_like_grid() for s in range(5)]
-    assert {f["verdict"] for f in S.findings(S.aggregate(five))} <= {"reproduced", "not reproduced", "not run"}
+    assert {f["verdict"] for f in AC.findings(S.aggregate(five))} <= {"reproduced", "not reproduced", "not run"}
 
 
 # ------------------------------------------------------------------------------------------ findings
@@ -94,7 +96,7 @@ def test_a_healthy_softmax_is_not_a_reproduced_collapse():
     # softmax at 0.9 [0.8, 1.0] is not worse than the slower kernels at 1.5 [1.4, 1.6]
     assert v["slower-lower-than-softmax-sheared_swap"] == "not reproduced"
     assert v["softmax-collapses-matrix_inverse"] == "reproduced"
-    found = {f["id"]: f for f in S.findings(S.aggregate(paper_like_grid(
+    found = {f["id"]: f for f in AC.findings(S.aggregate(paper_like_grid(
         {("sheared_swap", "mirrored_pareto", "softmax", False): dict(ratio=0.9, collapsed=False)})), min_seeds=1)}
     # "the slower kernels avoid collapse" still holds, but the contrast with softmax must not be implied
     assert "Softmax did not collapse here either" in found["slower-avoid-collapse-sheared_swap"]["evidence"]
@@ -103,12 +105,12 @@ def test_a_healthy_softmax_is_not_a_reproduced_collapse():
 
 def test_missing_configurations_are_not_run_and_the_rest_still_judged():
     runs = [r for r in paper_like_grid() if not (r.config["kernel"] == "log_elu" and r.config["benchmark"] == "matrix_inverse")]
-    found = {f["id"]: f for f in S.findings(S.aggregate(runs), min_seeds=1)}
+    found = {f["id"]: f for f in AC.findings(S.aggregate(runs), min_seeds=1)}
     assert found["slower-avoid-collapse-matrix_inverse"]["verdict"] == "not run"
     assert found["symlog-lowers-slower-matrix_inverse"]["n_missing"] == 2
     assert found["slower-avoid-collapse-sheared_swap"]["verdict"] == "reproduced"
     assert "missing 1 of 3" in found["slower-avoid-collapse-matrix_inverse"]["evidence"]
-    assert S.findings([])[0]["verdict"] == "not run"
+    assert AC.findings([])[0]["verdict"] == "not run"
 
 
 def test_overlapping_intervals_are_not_lower_and_intervals_are_similar_only_if_they_meet():
@@ -177,11 +179,11 @@ def test_tables_mark_bold_collapse_and_not_run():
 
 
 def test_the_paper_values_are_read_back_in_table_order():
-    assert S.paper_value("sheared_swap", "mirrored_pareto", "post", "squared_elu", False, "median") == {
+    assert PN.paper_value("sheared_swap", "mirrored_pareto", "post", "squared_elu", False, "median") == {
         "text": "1.174", "bold": True}
-    assert S.paper_value("sheared_swap", "gaussian", "post", "softmax", True, "mean") == "1.185"
-    assert S.paper_value("matrix_inverse", "mirrored_pareto", "post", "softmax", False, "median") == "collapse"
-    assert S.paper_value("matrix_inverse", "mirrored_pareto", "post", "squared_elu", False, "median") == "3.423"
+    assert PN.paper_value("sheared_swap", "gaussian", "post", "softmax", True, "mean") == "1.185"
+    assert PN.paper_value("matrix_inverse", "mirrored_pareto", "post", "softmax", False, "median") == "collapse"
+    assert PN.paper_value("matrix_inverse", "mirrored_pareto", "post", "squared_elu", False, "median") == "3.423"
 
 
 def test_the_comparison_table_renders_the_papers_bold_as_html_not_markdown():
@@ -199,7 +201,7 @@ def test_ratios_print_with_three_significant_digits(x, text):
 
 
 def test_each_claim_names_the_figures_that_show_its_configurations():
-    found = {f["id"]: f for f in S.findings([])}
+    found = {f["id"]: f for f in AC.findings([])}
     assert found["softmax-collapses-matrix_inverse"]["decided_by"]["figures"] == ["figure3_matrix_inverse_post"]
     assert found["prenorm-no-collapse"]["decided_by"]["figures"] == ["figure8_sheared_swap_pre",
                                                                      "figure9_matrix_inverse_pre"]
@@ -273,10 +275,10 @@ def test_the_summary_builds_its_tables_from_two_tiny_finished_runs(tiny_grid):
         assert cell["bold"] == (med["bold"] and not cell["collapse"])
         hill = S.hill_table(aggs, "sheared_swap", 1)["rows"][S.KERNELS.index(kernel)]["mirrored Pareto / none"]
         assert hill["E"] == res["hill"]["axes"]["1"]["E"]
-    found = {f["id"]: f for f in S.findings(aggs, min_seeds=1)}
+    found = {f["id"]: f for f in AC.findings(aggs, min_seeds=1)}
     softmax_collapsed = by_kernel["softmax"]["collapse"]["label"] == "collapse"
     assert found["softmax-collapses-sheared_swap"]["verdict"] == ("reproduced" if softmax_collapsed else "not reproduced")
-    assert {f["id"]: f for f in S.findings(aggs)}["softmax-collapses-sheared_swap"]["verdict"] == \
+    assert {f["id"]: f for f in AC.findings(aggs)}["softmax-collapses-sheared_swap"]["verdict"] == \
         "undecided at this power"
     assert found["slower-avoid-collapse-sheared_swap"]["verdict"] == "not run"
     assert {f["verdict"] for k, f in found.items() if k != "softmax-collapses-sheared_swap"} == {"not run"}
@@ -300,9 +302,9 @@ def test_the_summary_notebook_runs_on_two_tiny_runs(tiny_grid, tmp_path):
         rows = list(csv.DictReader(fh))
     assert [r["mirrored Pareto / none"] for r in rows] == [c["mirrored Pareto / none"]
                                                            for c in S.records(S.ratio_table(aggs, "sheared_swap"))]
-    assert {r["verdict"] for r in map(dict, S.records(S.findings_table(S.findings(aggs))))} >= {"not run"}
+    assert {r["verdict"] for r in map(dict, S.records(AC.findings_table(AC.findings(aggs))))} >= {"not run"}
     with open(art / "findings.csv", newline="") as fh:
-        assert [r["verdict"] for r in csv.DictReader(fh)] == [f["verdict"] for f in S.findings(aggs)]
+        assert [r["verdict"] for r in csv.DictReader(fh)] == [f["verdict"] for f in AC.findings(aggs)]
     assert (art / "figure2_sheared_swap_post.png").is_file() and (art / "figure10_sheared_swap_ecdf.png").is_file()
     assert not (art / "figure3_matrix_inverse_post.png").exists()  # no matrix inverse runs: not drawn
     text = (tmp_path / "06_summary.html").read_text()

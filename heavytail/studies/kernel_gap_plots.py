@@ -48,7 +48,7 @@ def _legend(fig, variants, sources) -> None:
 
 def _paper_points() -> dict[str, str | dict]:
     """Table 5's median ratios (sheared swap, mirrored Pareto, post-norm, no symlog), as the paper prints them."""
-    from heavytail.studies.summary import paper_value
+    from heavytail.studies.paper_numbers import paper_value
 
     out = {}
     for k in KERNELS:

@@ -16,7 +16,8 @@ from heavytail.names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, KERNEL_COLOR
                     NORM_LABELS, TRANSFORM_LABELS)
 from heavytail.names import NORM_TABLE_ORDER as NORMS
 from heavytail.names import STATISTIC_COLORS as STAT_COLORS
-from heavytail.studies.summary import index_cells, is_collapsed
+from heavytail.studies.ablation_claims import is_collapsed
+from heavytail.studies.summary import index_cells
 
 
 def energy_figure(aggs: Sequence[Mapping[str, Any]], benchmark: str, norm: str = "post"):
