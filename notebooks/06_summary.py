@@ -55,10 +55,6 @@ grid_path = Path(grid_dir) if Path(grid_dir).is_absolute() else root / grid_dir
 art = artifacts("06_summary", report=report, output_root=output_root)
 
 
-def show(table, name=None):
-    tables.show(table, art, name)
-
-
 def save(fig, name):
     """Save a figure as PNG + SVG under this notebook's artifacts and show it here."""
     art.save_figure(fig, name)
@@ -82,7 +78,7 @@ if not grid_path.is_dir():
     print("The grid folder does not exist: run the grid first (python -m heavytail grid <grid.yaml>).")
 print(f"paper-scale grid file: {paper_grid_file}"
       + ("" if (root / paper_grid_file).is_file() else " (not present in this checkout)"))
-show(S.scale_table(runs), "scale")
+tables.show(S.scale_table(runs), art, "scale")
 timed = sorted(r.log[-1]["seconds"] / r.log[-1]["step"] for r in runs
                if r.log and r.log[-1].get("seconds") and r.log[-1].get("step"))
 if timed:
@@ -95,12 +91,12 @@ if record is None:
     print("No grid.json in the grid folder: the runs were not produced by the grid runner, "
           "so there is no list of configurations that failed or did not run.")
 else:
-    show(S.grid_status_table(record), "grid_status")
+    tables.show(S.grid_status_table(record), art, "grid_status")
 if collected.skipped:
-    show({"title": "Run folders not used", "columns": ["run", "reason"], "rows": list(collected.skipped), "notes": ""},
-         "skipped_runs")
+    tables.show({"title": "Run folders not used", "columns": ["run", "reason"], "rows": list(collected.skipped),
+                 "notes": ""}, art, "skipped_runs")
 if runs:
-    show(S.runs_table(runs), "runs")
+    tables.show(S.runs_table(runs), art, "runs")
 
 # %% [markdown]
 # ## Seeds, and what "collapse", "lower" and "similar" mean here
@@ -128,7 +124,7 @@ for word, meaning in AC.DEFINITIONS.items():
 # %%
 for benchmark, number in (("sheared_swap", 5), ("matrix_inverse", 6)):
     for stat in S.STATISTICS:
-        show(S.ratio_table(aggs, benchmark, stat), f"table{number}_{stat}")
+        tables.show(S.ratio_table(aggs, benchmark, stat), art, f"table{number}_{stat}")
 
 # %% [markdown]
 # The same ratios next to the paper's Table 5 and 6 values (at the paper's scale, "What ran at this scale";
@@ -136,7 +132,7 @@ for benchmark, number in (("sheared_swap", 5), ("matrix_inverse", 6)):
 
 # %%
 if aggs:
-    show(S.comparison_table(aggs, "median"), "paper_comparison_median")
+    tables.show(S.comparison_table(aggs, "median"), art, "paper_comparison_median")
 else:
     print("No finished runs: nothing to compare.")
 
@@ -183,7 +179,7 @@ for benchmark, number in (("sheared_swap", 10), ("matrix_inverse", 11)):
 # %%
 for benchmark, number in (("sheared_swap", 7), ("matrix_inverse", 8)):
     for axis in ("0", "1"):
-        show(S.hill_table(aggs, benchmark, axis), f"table{number}_axis{axis}")
+        tables.show(S.hill_table(aggs, benchmark, axis), art, f"table{number}_axis{axis}")
 
 # %% [markdown]
 # ## Hill error against the known tail index over thresholds (Section 5, future work)
@@ -214,7 +210,7 @@ if gap_grid_dir is not None:
     design = R.source("gap-design")
     if design.runs:
         found = kernel_gap_claims.findings(design.runs) + found
-show(AC.findings_table(found), "findings")
+tables.show(AC.findings_table(found), art, "findings")
 _ = art.save_table("claims.json", found)  # the landing page lists these (heavytail.pipeline.landing)
 
 # %% [markdown]

@@ -240,7 +240,7 @@ def ratio_interval(
     ``scipy.stats.bootstrap((d, d_hat), S(.)/S(.), paired=False, method="percentile")``: with
     ``paired=False`` scipy resamples each sample independently, and the percentile method reports
     the (linearly interpolated) quantiles of the bootstrap distribution. scipy is used for that
-    reason (brief: prefer a well-kept library); no BCa or other correction is applied, as in the paper.
+    reason (a well-kept, tested implementation of the resampling); no BCa or other correction is applied, as in the paper.
 
     ``bold`` (App. H.2): the interval contains or lies below 1, i.e. ``low <= 1``.
 
