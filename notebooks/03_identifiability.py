@@ -48,7 +48,7 @@ from IPython.display import Markdown, display
 from heavytail.studies import identifiability as idf
 from heavytail.science.distributions import A_MIN, MirroredPareto, Pareto, ShiftedGaussian
 from heavytail.science.metrics import energy_distance
-from heavytail.science.operators import EXCHANGE, LOCATION, Benchmark, Trials, shear_matrix
+from heavytail.science.operators import LOCATION, Benchmark
 from heavytail.harness.artifacts import artifacts, repo_root
 
 os.chdir(repo_root())  # papermill runs in the caller's folder
@@ -110,34 +110,13 @@ for r in center_rows:
 # [-0.9, 0.9] and indices at their interval midpoints, where eq. (27) alone would divide by zero.
 
 # %%
-CASES = (("sheared_swap", "mirrored_pareto"), ("sheared_swap", "gaussian"), ("matrix_inverse", "mirrored_pareto"))
 # The same instances at every N, so the curves show the estimators converging rather than instance-to-instance spread.
-case_trials = {case: Benchmark(*case).sample_trials(n_trials, generator=gen) for case in CASES}
+case_trials = {case: Benchmark(*case).sample_trials(n_trials, generator=gen) for case in idf.RECOVERY_CASES}
 
 
-def recovery_errors(n):
-    out = {}
-    for op, fam in CASES:
-        bench = Benchmark(op, fam)
-        trials = case_trials[op, fam]
-        x = bench.sample_inputs(trials, n, generator=gen, dtype=torch.float64)
-        est = idf.estimate_shear if op == "sheared_swap" else idf.estimate_inverse_matrix
-        out[f"{op} / {fam}"] = torch.stack([idf.relative_error(est(x[i], fam), trials.T_in[i]) for i in range(n_trials)])
-        if op == "sheared_swap":  # eq. (27) divides by c_y = lambda (1 + k): keep it to see the conditioning
-            c_y[n, fam] = LAMBDA * (1 + trials.omega_T[:, 1])
-    j = torch.linspace(-0.9, 0.9, n_edge, dtype=torch.float64)
-    k = -torch.ones_like(j)
-    m = shear_matrix(j, k)
-    for fam, params in (("mirrored_pareto", (2.5, 1.5)), ("gaussian", (1.5, 2.5))):
-        p = torch.tensor([params] * n_edge, dtype=torch.float64)
-        edge = Trials(torch.stack([j, k], -1), p, m, m @ EXCHANGE)
-        x = Benchmark("sheared_swap", fam).sample_inputs(edge, n, generator=gen, dtype=torch.float64)
-        out[f"shear edge / {fam}"] = torch.stack([idf.relative_error(idf.estimate_shear(x[i], fam), m[i]) for i in range(n_edge)])
-    return out
-
-
-c_y = {}
-errors = {n: recovery_errors(n) for n in budgets}
+recovery_runs = {n: idf.recovery_errors(case_trials, n, n_edge, gen) for n in budgets}
+errors = {n: r.errors for n, r in recovery_runs.items()}
+c_y = {(n, fam): cy for n, r in recovery_runs.items() for fam, cy in r.c_y.items()}
 cases = list(errors[budgets[0]])
 recovery = idf.recovery_findings(errors)  # quantile(0.5) medians per (case, N), log-log slopes, falling cases
 rec_rows, slopes = recovery.rows, recovery.slopes

@@ -179,3 +179,17 @@ def test_conditioning_split_is_none_without_two_sides():
     assert idf.conditioning_split(_t(0.1, 0.2), _t(0.0, 0.1)) is None  # nothing away from it
     with pytest.raises(ValueError, match="matching"):
         idf.conditioning_split(_t(0.1, 0.2), _t(0.0))
+
+
+def test_recovery_errors_cover_every_case_and_fall_with_n():
+    from heavytail.science.operators import Benchmark
+
+    gen = torch.Generator().manual_seed(11)
+    trials = {case: Benchmark(*case).sample_trials(6, generator=gen) for case in idf.RECOVERY_CASES}
+    small = idf.recovery_errors(trials, 256, 3, gen)
+    big = idf.recovery_errors(trials, 16384, 3, gen)
+    assert set(small.errors) == {f"{op} / {fam}" for op, fam in idf.RECOVERY_CASES} | {
+        "shear edge / mirrored_pareto", "shear edge / gaussian"}
+    assert set(small.c_y) == {"mirrored_pareto", "gaussian"} and small.c_y["gaussian"].shape == (6,)
+    for case in ("sheared_swap / mirrored_pareto", "matrix_inverse / mirrored_pareto"):
+        assert float(big.errors[case].median()) < float(small.errors[case].median()), case

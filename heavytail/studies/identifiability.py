@@ -331,3 +331,44 @@ __all__ = ["center", "shear_from_center", "latent_columns", "shear_edge_j", "est
            "estimate_inverse_matrix", "decompose_qud", "prop6_instances", "Prop6Instances", "relative_error",
            "qud_matrix", "recovery_findings", "RecoveryFindings", "conditioning_split", "ConditioningSplit",
            "edge_dominates", "NEAR_EDGE", "EDGE_ERROR_RATIO"]
+
+
+# The cases of the recovery study: the sheared swap on both families (Prop. 4), the matrix inverse on mirrored
+# Pareto marginals (Prop. 5; on Gaussian marginals it is unidentifiable, Prop. 6).
+RECOVERY_CASES = (("sheared_swap", "mirrored_pareto"), ("sheared_swap", "gaussian"), ("matrix_inverse", "mirrored_pareto"))
+EDGE_INDICES = {"mirrored_pareto": (2.5, 1.5), "gaussian": (1.5, 2.5)}  # midpoints of each family's ranges
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """Relative errors per case at one N, ``{case label: (trials,)}``, and per family the sheared swap's
+    c_y = lambda (1 + k) of its instances (eq. 27 divides by it)."""
+
+    errors: dict
+    c_y: dict
+
+
+def recovery_errors(case_trials: dict, n: int, n_edge: int, generator: torch.Generator) -> Recovery:
+    """Estimate M (eq. 27) and B (Prop. 5) from fresh input ensembles of size ``n`` of the given instances
+    ``{(operator, family): Trials}``, and M on ``n_edge`` shear-edge instances (k = -1, so c_y = 0; j spread over
+    [-0.9, 0.9]) per family, where eq. (27) alone would divide by zero."""
+    from heavytail.science.operators import EXCHANGE, Benchmark, Trials
+
+    errors, c_y = {}, {}
+    for (op, fam), trials in case_trials.items():
+        x = Benchmark(op, fam).sample_inputs(trials, n, generator=generator, dtype=torch.float64)
+        est = estimate_shear if op == "sheared_swap" else estimate_inverse_matrix
+        errors[f"{op} / {fam}"] = torch.stack([relative_error(est(x[i], fam), trials.T_in[i])
+                                               for i in range(len(trials.T_in))])
+        if op == "sheared_swap":
+            c_y[fam] = LOCATION * (1 + trials.omega_T[:, 1])
+    j = torch.linspace(-0.9, 0.9, n_edge, dtype=torch.float64)
+    k = -torch.ones_like(j)
+    m = shear_matrix(j, k)
+    for fam, params in EDGE_INDICES.items():
+        p = torch.tensor([params] * n_edge, dtype=torch.float64)
+        edge = Trials(torch.stack([j, k], -1), p, m, m @ EXCHANGE)
+        x = Benchmark("sheared_swap", fam).sample_inputs(edge, n, generator=generator, dtype=torch.float64)
+        errors[f"shear edge / {fam}"] = torch.stack([relative_error(estimate_shear(x[i], fam), m[i])
+                                                     for i in range(n_edge)])
+    return Recovery(errors, c_y)
