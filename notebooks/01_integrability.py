@@ -40,21 +40,20 @@ import os
 
 import matplotlib.pyplot as plt
 import numpy as np
-import scipy.stats
 import torch
 from IPython.display import Markdown, display
 
-from heavytail.science.distributions import MirroredPareto, Pareto, ShiftedGaussian
-from heavytail.studies.integrability import (DRIFT_THRESHOLD_DECADES, drift_findings, drift_rows, gaussian_softmax_log_normalizer,
-                                     running_log_normalizer, symlog_pareto_sf, symlog_tail_rejected)
+from heavytail.science.distributions import MirroredPareto, ShiftedGaussian
+from heavytail.science.operators import LOCATION
+from heavytail.studies.integrability import (DRIFT_THRESHOLD_DECADES, symlog_tail, drift_findings, drift_rows, gaussian_softmax_log_normalizer,
+                                     running_log_normalizer, symlog_tail_rejected)
 from heavytail.science.kernels import KERNEL_NAMES, get_kernel
 from heavytail.harness.artifacts import artifacts, repo_root
-from heavytail.science.transforms import symlog
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; all paths below are from the repo root
 art = artifacts("01_integrability", report=report, output_root=output_root)
 gen = torch.Generator().manual_seed(seed)
-LAMBDA = 1.0  # latent location lambda = mu_N = 1 (Section 4.2)
+LAMBDA = LOCATION  # latent location lambda = mu_N = 1 (Section 4.2)
 print(f"artifacts -> {art.dir}")
 
 # %% [markdown]
@@ -151,16 +150,8 @@ for r in rows:
 # ## The symlog tail (App. C.3, eq. 22)
 
 # %%
-x = Pareto(LAMBDA, symlog_index).sample((n_symlog,), generator=gen, dtype=torch.float64)
-sx = symlog(x)
-t_grid = torch.linspace(math.log1p(LAMBDA), float(sx.max()), 400, dtype=torch.float64)
-sorted_sx = sx.sort().values
-emp_sf = 1.0 - torch.searchsorted(sorted_sx, t_grid, right=True).to(torch.float64) / n_symlog
-theory_sf = symlog_pareto_sf(t_grid, LAMBDA, symlog_index)
-ks = scipy.stats.kstest(sx.numpy(), lambda t: 1.0 - symlog_pareto_sf(torch.as_tensor(t), LAMBDA, symlog_index).numpy())
-# Exponential rate of the tail: least-squares slope of log S over the t where S keeps >= 100 expected points.
-sel = (theory_sf * n_symlog >= 100) & (t_grid >= math.log1p(LAMBDA) + 1.0)
-rate = -float(np.polyfit(t_grid[sel].numpy(), np.log(emp_sf[sel].numpy()), 1)[0])
+tail = symlog_tail(n_symlog, symlog_index, gen)
+t_grid, emp_sf, theory_sf, ks, rate = tail.t, tail.empirical_sf, tail.theory_sf, tail.ks, tail.rate
 fig, ax = plt.subplots(figsize=(6, 4))
 ax.semilogy(t_grid, emp_sf.clamp(min=0.5 / n_symlog), label="empirical survival of symlog(X)")
 ax.semilogy(t_grid, theory_sf, "k--", label="lambda^a (e^t - 1)^-a  (eq. 22)")

@@ -151,3 +151,14 @@ def test_real_running_normalizers_separate_softmax_from_log_elu():
 def test_symlog_ks_verdict_rejects_at_the_level():
     assert symlog_tail_rejected(0.001) and symlog_tail_rejected(SYMLOG_KS_LEVEL)
     assert not symlog_tail_rejected(0.5)
+
+
+def test_symlog_tail_matches_eq_22_on_pareto_draws():
+    from heavytail.studies.integrability import symlog_tail
+
+    tail = symlog_tail(20000, 1.5, torch.Generator().manual_seed(0))
+    # KS statistic of a correct law at n = 20000 is of order 1/sqrt(n) = 0.007; the tail's rate is a
+    assert tail.ks.pvalue > 0.01 and abs(tail.rate - 1.5) < 0.3
+    # and the test can fail: against a Pareto of index 3 the same comparison rejects
+    heavy = symlog_tail(20000, 3.0, torch.Generator().manual_seed(0))
+    assert abs(heavy.rate - 1.5) > 0.5
