@@ -50,10 +50,10 @@ from IPython.display import Markdown, display
 
 from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.science.collapse import (attention_gradient_error, attention_inputs, collapse_onset, concentrates, late_attention,
-                                numerics_pair, numerics_verdict, rolling_median, spread_ratio)
+                                numerics_pair, numerics_verdict, spread_ratio)
 from heavytail.names import KERNEL_COLORS, variant_label
 from heavytail.studies.summary import collect_runs, filter_runs
-from heavytail.studies.summary_plots import training_curve
+from heavytail.studies.summary_plots import diagnostics_figure, training_curve
 from heavytail.harness.train import build_benchmark, load_model, training_log
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repo root
@@ -207,36 +207,7 @@ for label, run in runs.items():
           f"{run.log[-1]['n_skipped']} skipped steps")
 
 # %%
-fig, axes = plt.subplots(2, 3, figsize=(16, 7.5), sharex=True)
-panels = [
-    ("loss", "training loss", True),
-    ("spread_median", "median output IQR / target IQR", False),
-    ("grad_norm", "total gradient norm (before clipping)", True),
-    ("attn_max_weight", "largest attention weight (block mean)", False),
-    ("attn_entropy_ratio", "attention entropy / log N (block mean)", False),
-    ("block_grad_norm", "largest per-block gradient norm", True),
-]
-for ax, (key, title, logy) in zip(axes.flat, panels):
-    for label, run in runs.items():
-        log = run.log
-        steps = np.array([row["step"] for row in log])
-        if key in ("attn_max_weight", "attn_entropy_ratio"):
-            vals = [np.mean([b[key] for b in row["blocks"]]) if row.get("blocks") else np.nan for row in log]
-        elif key == "block_grad_norm":
-            vals = [max(b.get("grad_norm", np.nan) for b in row["blocks"]) if row.get("blocks") else np.nan for row in log]
-        else:
-            vals = [row.get(key, np.nan) for row in log]
-        ax.plot(steps, rolling_median(vals, 5), label=label, lw=1.5)
-        skipped = [row["step"] for row in log if row["skipped"]]
-        if skipped and key == "loss":
-            ax.plot(skipped, np.full(len(skipped), np.nanmax(vals)), "x", color=ax.lines[-1].get_color())
-    ax.set_title(title)
-    if logy:
-        ax.set_yscale("log")
-for ax in axes[1]:
-    ax.set_xlabel("step")
-axes[0, 0].legend(fontsize=8)
-fig.tight_layout()
+fig = diagnostics_figure({label: run.log for label, run in runs.items()})
 art.save_figure(fig, "collapse_onset_diagnostics")
 
 # %% [markdown]

@@ -42,3 +42,16 @@ def test_training_curve_rejects_mismatched_arrays():
             training_curve(ax, np.arange(3), np.ones(4), color="k", window=3)
     finally:
         plt.close(fig)
+
+
+def test_log_series_reads_row_keys_block_means_and_the_largest_block_gradient():
+    from heavytail.studies.summary_plots import diagnostics_figure, log_series
+
+    log = [{"step": 1, "loss": 2.0, "skipped": False,
+            "blocks": [{"attn_max_weight": 0.2, "grad_norm": 1.0}, {"attn_max_weight": 0.4, "grad_norm": 3.0}]},
+           {"step": 2, "loss": float("nan"), "skipped": True}]
+    assert log_series(log, "loss")[0] == 2.0
+    assert log_series(log, "attn_max_weight")[0] == pytest.approx(0.3) and np.isnan(log_series(log, "attn_max_weight")[1])
+    assert log_series(log, "block_grad_norm")[0] == 3.0
+    fig = diagnostics_figure({"a": log})
+    assert len(fig.axes) == 6

@@ -196,3 +196,46 @@ def training_curve(ax, steps, loss, *, color: str, window: int, label: str | Non
     ax.plot(steps, median, color=color, lw=2, label=label)
     ax.set_yscale("log")
     return median
+
+
+# The panels of notebook 05's onset diagnostics: (logged key, title, log scale). Block keys are averaged over
+# blocks, except the gradient norm, whose largest block is shown.
+DIAGNOSTIC_PANELS = (("loss", "training loss", True), ("spread_median", "median output IQR / target IQR", False),
+                     ("grad_norm", "total gradient norm (before clipping)", True),
+                     ("attn_max_weight", "largest attention weight (block mean)", False),
+                     ("attn_entropy_ratio", "attention entropy / log N (block mean)", False),
+                     ("block_grad_norm", "largest per-block gradient norm", True))
+
+
+def log_series(log, key: str) -> list[float]:
+    """One diagnostic per logged step of a training log (metrics.jsonl rows): a row key, the block mean of an
+    attention statistic, or the largest per-block gradient norm (``block_grad_norm``); NaN where not logged."""
+    if key in ("attn_max_weight", "attn_entropy_ratio"):
+        return [float(np.mean([b.get(key, np.nan) for b in row["blocks"]])) if row.get("blocks") else np.nan for row in log]
+    if key == "block_grad_norm":
+        return [max(b.get("grad_norm", np.nan) for b in row["blocks"]) if row.get("blocks") else np.nan for row in log]
+    return [row.get(key, np.nan) for row in log]
+
+
+def diagnostics_figure(logs):
+    """Notebook 05's onset diagnostics: per variant (``{label: training log}``) the rolling median (5 logged
+    steps) of each panel of :data:`DIAGNOSTIC_PANELS`; crosses on the loss mark skipped (non-finite) steps."""
+    from heavytail.science.collapse import rolling_median
+
+    fig, axes = plt.subplots(2, 3, figsize=(16, 7.5), sharex=True)
+    for ax, (key, title, logy) in zip(axes.flat, DIAGNOSTIC_PANELS):
+        for label, log in logs.items():
+            steps = np.array([row["step"] for row in log])
+            vals = log_series(log, key)
+            ax.plot(steps, rolling_median(vals, 5), label=label, lw=1.5)
+            skipped = [row["step"] for row in log if row.get("skipped")]
+            if skipped and key == "loss":
+                ax.plot(skipped, np.full(len(skipped), np.nanmax(vals)), "x", color=ax.lines[-1].get_color())
+        ax.set_title(title)
+        if logy:
+            ax.set_yscale("log")
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
