@@ -13,7 +13,7 @@ from heavytail.studies import kernel_gap as G
 from heavytail.studies import kernel_gap_claims as K
 from heavytail.studies import reference_maps as R
 from heavytail.harness.config import RunConfig
-from heavytail.pipeline.grid import GridSpec
+from heavytail.pipeline.grid_file import GridSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ One configuration's training run, evaluation and notebook execution live in one 
     train_summary.json   steps and skipped steps of the finished training
     COMPLETE             written last by training: a run without it is unfinished, whatever else exists
     results.json         the evaluation (heavytail.harness.evaluate), written after COMPLETE
-    execution.json       the grid's record of the last notebook execution (heavytail.pipeline.grid)
+    execution.json       the grid's record of the last notebook execution (heavytail.pipeline.configuration)
 
 Train, evaluate, the grid, the summary and the notebooks ask a :class:`RunDir` for paths and states
 instead of spelling file names. Torch-free: the grid and report processes use it without loading torch.

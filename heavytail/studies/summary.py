@@ -132,7 +132,7 @@ def collect_runs(grid_dir: str | Path) -> Collected:
 
 
 def grid_status(grid_dir: str | Path) -> dict[str, Any] | None:
-    """The grid runner's record ``<grid_dir>/grid.json`` (:mod:`heavytail.pipeline.grid`), or None when absent:
+    """The grid runner's record ``<grid_dir>/grid.json`` (:mod:`heavytail.pipeline.grid_record`), or None when absent:
     {"grid", "finished", "counts", "configurations": [{"name", "status", "failed_cell", "error", ...}]}."""
     path = Path(grid_dir) / "grid.json"
     if not path.is_file():
