@@ -149,7 +149,9 @@ def test_the_landing_page_shows_the_state_the_findings_and_a_thumbnail_per_noteb
                                                                                        "partial")
     claims = browser.evaluate("""[...document.querySelectorAll('#findings ~ table tr')]
         .filter(tr => tr.querySelector('.badge')).map(tr => tr.querySelector('.badge').textContent)""")
-    assert claims and set(claims) <= {"reproduced", "not reproduced", "not run"}, claims
+    from heavytail.studies.claims import VERDICTS
+
+    assert claims and set(claims) <= set(VERDICTS), claims
     for name in results:
         if figures_of(out / name):
             thumbs = browser.evaluate(f"""[...document.querySelectorAll('#card-{name} .thumb img')]
