@@ -1,13 +1,15 @@
 """Every name the package, the grid files and the notebooks share, with its properties: one table of rows.
 
 A kernel is one :class:`KernelRow` (label, growth, growth order q, colour), an attention backend one
-:class:`BackendRow` (label, the kernels it computes, its arithmetic), and the task x marginal pairs no model can learn one row with the reason. The label, colour and
+:class:`BackendRow` (label, the kernels it computes, its arithmetic), a tail regime one row of per-axis tail
+index ranges, and the task x marginal pairs no model can learn one row with the reason. The label, colour and
 growth maps below are live views of those rows, and the rules that follow from them are functions here
-(:func:`backend_refusal`, :func:`task_refusal`, :func:`hill_k`), so the config, the
+(:func:`backend_refusal`, :func:`task_refusal`, :func:`regime_refusal`, :func:`hill_k`), so the config, the
 model, attention and the operators each read a rule instead of restating it.
 
-Adding a kernel: a row in :data:`KERNEL_ROWS` and its functions in :data:`heavytail.science.kernels.FORMS`.
-Everything else (config validation, the registry, the figures' colours) reads the row.
+Adding a kernel: a row in :data:`KERNEL_ROWS` and, unless its row names a closed form the registry builds
+(``form="power_elu"``), its functions in :data:`heavytail.science.kernels.FORMS`. Everything else (config
+validation, the registry, the figures' colours) reads the row.
 
 It imports nothing heavy (no torch), so the report runner, the grid and the figure notebooks read it cheaply.
 """
@@ -52,6 +54,8 @@ class KernelRow:
             on Pareto(a) scores iff q < a (App. A), so q decides on which tails the normaliser of eq. 7 exists.
         color: its one colour in every figure.
         paper: one of Table 1's four kernels (the paper's tables and figures list exactly these).
+        form: the closed form :mod:`heavytail.science.kernels` builds the functions from, or None for hand-written
+            functions registered under the kernel's name. ``"power_elu"``: g(s) = (1 + elu(s))^order (App. A).
     """
 
     label: str
@@ -59,14 +63,19 @@ class KernelRow:
     order: float
     color: str
     paper: bool = False
+    form: str | None = None
 
 
-# Table 1's kernels, fastest-growing first (the paper's table order).
+# Table 1's kernels first, fastest-growing first (the paper's table order); then the power-ELU family of
+# App. A, g_q(s) = (1 + elu(s))^q: C^1 at 0 with g(0) = 1, Table 1's linear and squared ELU at q = 1 and 2.
 KERNEL_ROWS: dict[str, KernelRow] = {
     "softmax": KernelRow("Softmax (e^s)", "exponential", math.inf, "tab:red", paper=True),
     "squared_elu": KernelRow("Squared ELU ((s+1)^2)", "quadratic", 2.0, "tab:purple", paper=True),
     "linear_elu": KernelRow("Linear ELU (s+1)", "linear", 1.0, "tab:green", paper=True),
     "log_elu": KernelRow("Log ELU (log(1+s)+1)", "logarithmic", 0.0, "tab:blue", paper=True),
+    "elu_pow0.5": KernelRow("Power ELU ((s+1)^0.5)", "square root", 0.5, "tab:olive", form="power_elu"),
+    "elu_pow1.5": KernelRow("Power ELU ((s+1)^1.5)", "power 1.5", 1.5, "tab:cyan", form="power_elu"),
+    "elu_pow3": KernelRow("Power ELU ((s+1)^3)", "cubic", 3.0, "tab:brown", form="power_elu"),
 }
 # Table 1's kernels, in its order: what the paper's tables, figures and notebooks iterate.
 KERNELS = tuple(k for k, row in KERNEL_ROWS.items() if row.paper)
@@ -159,6 +168,31 @@ def task_refusal(benchmark: str, marginals: str) -> str | None:
     return UNLEARNABLE.get((benchmark, marginals))
 
 
+# ------------------------------------------------------------------ tail regimes (Sec. 3.2.1)
+# The paper's 1 + eps: the smallest float32 above 1 (float32's machine epsilon is 2^-23), its heaviest tail.
+PARETO_A_MIN = 1.0 + 2.0**-23
+# Pi_eta of the mirrored Pareto marginals: per regime, the range of the uniform tail index a on latent axis 0
+# and on axis 1 (axis 1 carries the heavier tail). What a regime decides is which kernels have a finite
+# normaliser E[g(S)] (App. A: iff the growth order q < a) on every trial:
+#   paper:    a in [2, 3] and [1 + eps, 2] (Section 3.2.1): only q <= 1 (linear, log, q = 0.5 ELU);
+#   moderate: a in [3.5, 4.5] and [2.5, 3.5]: every q <= 2 (not the cubic ELU, q = 3 > 2.5);
+#   light:    a in [5.5, 6.5] and [4.5, 5.5]: every polynomial kernel; softmax (q = inf) on no Pareto tail.
+TAIL_REGIMES: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
+    "paper": ((2.0, 3.0), (PARETO_A_MIN, 2.0)),
+    "moderate": ((3.5, 4.5), (2.5, 3.5)),
+    "light": ((5.5, 6.5), (4.5, 5.5)),
+}
+
+
+def regime_refusal(marginals: str, tail_regime: str) -> str | None:
+    """Why ``tail_regime`` cannot apply to ``marginals``, or None: a regime sets Pareto tail indices, which the
+    shifted Gaussian has none of, so on Gaussian marginals only the paper's (the default) means anything."""
+    if marginals != "mirrored_pareto" and tail_regime != "paper":
+        return (f"tail_regime={tail_regime!r} sets mirrored Pareto tail indices (Section 3.2.1); "
+                f"marginals={marginals!r} has none, so use tail_regime='paper' there")
+    return None
+
+
 # ---------------------------------------------------------------------------- evaluation (App. H)
 RATIO_STATISTICS = ("median", "mean")  # the summaries of eq. 36
 STATISTIC_COLORS = {"median": "tab:blue", "mean": "tab:orange"}
@@ -187,11 +221,14 @@ def variant_label(kernel: str, backend: str = "auto", precision: str = "float32"
 
 
 def _check() -> None:
-    """The rows are consistent: one order per growth, one colour per kernel, known arithmetics."""
+    """The rows are consistent: one order per growth, one colour per kernel, known arithmetics and forms,
+    regimes whose every tail index a > 1 (the energy distance of eq. 9 needs the first moment)."""
     orders: dict[str, float] = {}
     for name, row in KERNEL_ROWS.items():
         if orders.setdefault(row.growth, row.order) != row.order:
             raise AssertionError(f"heavytail.names: growth {row.growth!r} has two orders ({name!r})")
+        if row.form not in (None, "power_elu"):
+            raise AssertionError(f"heavytail.names: kernel {name!r} names an unknown form {row.form!r}")
     colors = [row.color for row in KERNEL_ROWS.values()]
     if len(set(colors)) != len(colors):
         raise AssertionError(f"heavytail.names: two kernels share a colour in {dict(KERNEL_COLORS)}")
@@ -199,6 +236,9 @@ def _check() -> None:
         raise AssertionError(f"heavytail.names: every backend's arithmetic must be one of {ARITHMETICS}")
     if set(NORM_TABLE_ORDER) != set(NORMS):
         raise AssertionError("heavytail.names: the table order must cover every norm")
+    for regime, axes in TAIL_REGIMES.items():
+        if len(axes) != 2 or not all(1.0 < lo < hi < math.inf for lo, hi in axes):
+            raise AssertionError(f"heavytail.names: tail regime {regime!r} needs two ranges 1 < low < high, got {axes}")
 
 
 _check()

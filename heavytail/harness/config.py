@@ -23,10 +23,10 @@ from typing import Any, Mapping
 import yaml
 
 from heavytail import names
-from heavytail.names import BACKENDS, BENCHMARKS, DEVICES, KERNELS, MARGINALS, NORMS, PRECISIONS
+from heavytail.names import BACKENDS, BENCHMARKS, DEVICES, KERNELS, MARGINALS, NORMS, PRECISIONS, TAIL_REGIMES
 
 __all__ = ["RunConfig", "PACING_KEYS", "NOT_TABLE3", "BACKENDS", "BENCHMARKS", "DEVICES", "KERNELS", "MARGINALS", "NORMS",
-           "PRECISIONS"]
+           "PRECISIONS", "TAIL_REGIMES"]
 # Keys that change how a run is paced, placed or logged, never the numbers it produces: a run folder may
 # be resumed under other values, and runs differing only in these are the same configuration.
 PACING_KEYS = frozenset({"checkpoint_every", "log_every", "eval_batch_trials", "device", "track_attention"})
@@ -47,6 +47,9 @@ class RunConfig:
     # task (Section 3.2, App. D)
     benchmark: str = "sheared_swap"
     marginals: str = "mirrored_pareto"
+    # Pi_eta's tail index ranges of the mirrored Pareto marginals (Section 3.2.1): a row of
+    # heavytail.names.TAIL_REGIMES; "paper" is the paper's, a in [2, 3] and [1 + eps, 2] on the two latent axes.
+    tail_regime: str = "paper"
     # model (Section 3.3, App. E.1, Table 3)
     kernel: str = "softmax"
     norm: str = "post"
@@ -198,6 +201,7 @@ def _positive(cfg: RunConfig, *keys: str, allow_zero: bool = False) -> None:
 def _validate(cfg: RunConfig) -> None:
     _choice("benchmark", cfg.benchmark, BENCHMARKS)
     _choice("marginals", cfg.marginals, MARGINALS)
+    _choice("tail_regime", cfg.tail_regime, tuple(TAIL_REGIMES))
     _choice("kernel", cfg.kernel, names.kernel_names())
     _choice("norm", cfg.norm, NORMS)
     _choice("device", cfg.device, DEVICES)
@@ -207,6 +211,9 @@ def _validate(cfg: RunConfig) -> None:
     if why is not None:
         raise ValueError(f"benchmark={cfg.benchmark!r} with marginals={cfg.marginals!r} is not allowed: {why}; "
                          f"{cfg.benchmark} takes marginals {', '.join(names.BENCHMARK_MARGINALS[cfg.benchmark])}")
+    why = names.regime_refusal(cfg.marginals, cfg.tail_regime)
+    if why is not None:
+        raise ValueError(why)
     _positive(cfg, "d_model", "n_blocks", "d_ff", "n_heads", "lr", "grad_clip", "steps", "n_points",
               "trials_per_step", "eval_trials", "eval_n_points", "bootstrap_resamples",
               "checkpoint_every", "log_every", "eval_batch_trials", "collapse_spread")

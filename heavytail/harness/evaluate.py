@@ -77,8 +77,13 @@ def _hill_curve(latent: torch.Tensor, n: int) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------------- floor
 def floor_key(cfg: RunConfig) -> str:
+    """What the floor pool depends on, hashed: its cache file's name."""
     fields = ("per-trial streams", cfg.benchmark, cfg.marginals, cfg.eval_n_points, cfg.eval_trials, cfg.seed,
               cfg.loss_p, cfg.hill_phi)
+    # Another tail regime draws other targets (Section 3.2.1); the paper's adds nothing, so that the floors
+    # cached before the regime was a key keep their names.
+    if cfg.tail_regime != RunConfig.tail_regime:
+        fields += (("tail_regime", cfg.tail_regime),)
     return hashlib.sha1(repr(fields).encode()).hexdigest()[:12]
 
 

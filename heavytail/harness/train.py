@@ -50,7 +50,7 @@ def resolve_device(cfg: RunConfig) -> torch.device:
 def build_benchmark(cfg: RunConfig):
     from heavytail.science.operators import Benchmark
 
-    return Benchmark(cfg.benchmark, cfg.marginals)
+    return Benchmark(cfg.benchmark, cfg.marginals, tail_regime=cfg.tail_regime)
 
 
 def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> torch.nn.Module:

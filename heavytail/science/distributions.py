@@ -36,6 +36,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from heavytail import names
+
 __all__ = [
     "FLOAT32_EPS",
     "A_MIN",
@@ -47,8 +49,9 @@ __all__ = [
 ]
 
 FLOAT32_EPS = torch.finfo(torch.float32).eps
-# The paper's 1 + eps (Section 3.2.1): the smallest float32 tail index above 1.
-A_MIN = 1.0 + FLOAT32_EPS
+# The paper's 1 + eps (Section 3.2.1): the smallest float32 tail index above 1, the lower end of the paper's
+# tail regime (heavytail.names.TAIL_REGIMES), where it is written down once.
+A_MIN = names.PARETO_A_MIN
 
 _F64 = torch.float64
 

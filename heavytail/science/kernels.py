@@ -1,4 +1,4 @@
-"""The attention kernels of Table 1 (Section 3.3.1, App. E.2).
+"""The attention kernels: Table 1 (Section 3.3.1, App. E.2) and the power-ELU family of App. A.
 
 Each kernel is a strictly positive map ``g`` that replaces the exponential in eq. 7,
 ``A_g(S)_ij = g(S_ij) / sum_l g(S_il)``. Because ``g > 0`` everywhere,
@@ -10,7 +10,8 @@ exponentiating, which keeps eq. 7 finite where ``g / sum g`` would be ``0 / 0`` 
 scores all lie below about -104 underflow ``e^s`` in float32).
 
 Which kernels exist, with their labels, growth and colours, is :data:`heavytail.names.KERNEL_ROWS`; this
-module holds their functions, in :data:`FORMS` under the row's name.
+module holds their functions: hand-written ones in :data:`FORMS` under the row's name, or, for a row whose
+``form`` is ``"power_elu"``, g_q(s) = (1 + elu(s))^q built from the row's order q by :func:`power_elu_forms`.
 
 Numerics ("safe where"): ``torch.where(c, f(x), h(x))`` back-propagates through *both*
 branches, so a branch evaluated on inputs outside its domain (``log1p(-x)`` for ``x > 1``,
@@ -24,9 +25,9 @@ flash-style backend (``heavytail.science.attention``); the tests compare it with
 ``g_ratio`` is ``g(s) / g(m)`` for the row maximum ``m`` of the scores, the unnormalized weight of
 eq. 7 relative to the row's largest. Every ``g`` here is increasing, so the row maximum of
 ``log g(S)`` is ``log g`` of the row's largest score: the flash-style backend needs ``log g`` once
-per row, and each score costs at most one ``log1p`` or ``exp`` (against three transcendental
-functions for ``exp(log g(s) - max log g)``), which is what its forward and backward spend their
-elementwise time on.
+per row, and each score costs one ``log1p`` or ``exp`` (two, ``log`` and ``exp``, for the power ELU's
+positive branch) against three transcendental functions for ``exp(log g(s) - max log g)``, which is what
+its forward and backward spend their elementwise time on.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from torch import Tensor
 
 from heavytail import names
 
-__all__ = ["FORMS", "Forms", "Kernel", "KERNEL_NAMES", "get_kernel"]
+__all__ = ["FORMS", "Forms", "Kernel", "KERNEL_NAMES", "get_kernel", "power_elu_forms"]
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,43 @@ def _loge_ratio_row(m: Tensor, log_gm: Tensor) -> Tensor:
     return torch.exp(-log_gm)
 
 
+@functools.lru_cache(maxsize=None)
+def power_elu_forms(q: float) -> Forms:
+    """g_q(s) = (1 + elu(s))^q (App. A): (1 + s)^q for s > 0, e^{qs} for s <= 0; C^1 at 0 with g(0) = 1 and
+    g'(0) = q. Growth order q: E[g(S)] is finite on Pareto(a) scores iff q < a. At q = 1 and q = 2 these are
+    the linear and squared ELU of Table 1: g, log g and its derivative float32 bit for bit, the flash weights
+    g(s)/g(m) to a few ulps (tests/test_kernels.py). One ``Forms`` per q,
+    so the kernels built from it compare equal and share the attention backends' compile caches."""
+    q = float(q)
+    if not 0.0 < q < float("inf"):
+        raise ValueError(f"power ELU order q={q} must be a finite positive number")
+
+    def g(s: Tensor) -> Tensor:
+        pos, sp, sn = _split(s)
+        return torch.where(pos, (sp + 1.0) ** q, torch.exp(q * sn))
+
+    def log_g(s: Tensor) -> Tensor:
+        pos, sp, sn = _split(s)
+        return torch.where(pos, q * torch.log1p(sp), q * sn)
+
+    # Compiled (the flash path's fused blocks), torch 2.13 makes the float q a graph input, and both
+    # ``base ** q`` and ``torch.full_like(s, q)`` then keep the first q they were compiled with for every other
+    # q, also through the on-disk graph cache (measured: the q = 3 kernel got q = 0.5's weights and slopes).
+    # Products with q stay right, so q only ever multiplies here, except in g, which attention never calls.
+
+    def dlog_g(s: Tensor) -> Tensor:
+        pos, sp, _ = _split(s)
+        return torch.where(pos, q / (1.0 + sp), q * torch.ones_like(s))
+
+    def g_ratio(s: Tensor, log_gm: Tensor, row: Tensor) -> Tensor:
+        # ((1 + s) / (1 + m))^q = exp(q log base): the base is in (0, 1], so no power of a huge score overflows
+        # (q = 3 at s = 3e38); the negative branch's exponent q s - log g(m) is <= 0, as for squared-ELU.
+        pos, sp, sn = _split(s)
+        return torch.where(pos, torch.exp(q * torch.log((1.0 + sp) / row)), torch.exp(q * sn - log_gm))
+
+    return Forms(g, log_g, dlog_g, g_ratio, _elu_ratio_row)
+
+
 # The hand-written kernels, by their name in heavytail.names.KERNEL_ROWS (the rows say which kernels exist).
 FORMS: dict[str, Forms] = {
     "softmax": Forms(_softmax_g, _softmax_log_g, _softmax_dlog_g, _softmax_g_ratio, _no_row),
@@ -199,8 +237,9 @@ KERNEL_NAMES: tuple[str, ...] = names.KERNELS
 def get_kernel(name: str | Kernel) -> Kernel:
     """Look up a registered kernel by name (a ``Kernel`` is returned unchanged).
 
-    The name must have a row in :data:`heavytail.names.KERNEL_ROWS` and its functions in :data:`FORMS`. One
-    name gives one ``Kernel`` object, which the attention backends' compile caches key on.
+    The name must have a row in :data:`heavytail.names.KERNEL_ROWS`; its functions are :data:`FORMS`' entry of
+    that name, or built from the row's closed form. One name gives one ``Kernel`` object, which the attention
+    backends' compile caches key on.
 
     Raises:
         ValueError: unknown name (the message lists the valid names), or a row with no functions.
@@ -219,6 +258,8 @@ def get_kernel(name: str | Kernel) -> Kernel:
 @functools.lru_cache(maxsize=None)
 def _build(name: str, row: names.KernelRow, forms: Forms | None) -> Kernel:
     if forms is None:
-        raise ValueError(f"kernel {name!r} has a row in heavytail.names but no functions: add them to "
-                         "heavytail.science.kernels.FORMS")
+        if row.form != "power_elu":
+            raise ValueError(f"kernel {name!r} has a row in heavytail.names but no functions: add them to "
+                             "heavytail.science.kernels.FORMS or give the row a closed form")
+        forms = power_elu_forms(row.order)
     return Kernel(name, forms.g, forms.log_g, forms.dlog_g, forms.g_ratio, forms.ratio_row, row.growth)

@@ -20,10 +20,10 @@ import torch
 from torch import Tensor
 
 from heavytail import names
-from heavytail.science.distributions import A_MIN, MirroredPareto, ShiftedGaussian
+from heavytail.science.distributions import MirroredPareto, ShiftedGaussian
 
 __all__ = [
-    "OPERATORS", "MARGINALS", "LOCATION", "ETA_RANGES", "OMEGA_T_RANGES", "EXCHANGE",
+    "OPERATORS", "MARGINALS", "LOCATION", "ETA_RANGES", "OMEGA_T_RANGES", "EXCHANGE", "eta_ranges",
     "shear_matrix", "qud_matrix", "qud_inverse", "Trials", "Benchmark",
 ]
 
@@ -34,13 +34,25 @@ MARGINALS = names.MARGINALS
 # lambda = mu_N = 1 (Section 4.2): the common latent location that makes the input center identify T (App. D.3).
 LOCATION = 1.0
 
-# Pi_eta (Section 3.2.1), per latent axis: tail index a for the mirrored Pareto, std sigma for the Gaussian.
-# The ranges are exchanged for the Gaussian so that axis 1 always carries the larger spread: for the
-# Pareto the heavier tail (smaller a), for the Gaussian the larger sigma.
-ETA_RANGES = {
-    "mirrored_pareto": ((2.0, 3.0), (A_MIN, 2.0)),
-    "gaussian": ((A_MIN, 2.0), (2.0, 3.0)),
-}
+
+def eta_ranges(marginals: str, tail_regime: str = "paper") -> tuple[tuple[float, float], tuple[float, float]]:
+    """Pi_eta (Section 3.2.1), per latent axis ``((low, high), (low, high))``: the range of the tail index a for
+    the mirrored Pareto (``heavytail.names.TAIL_REGIMES[tail_regime]``), of the std sigma for the Gaussian.
+
+    The Gaussian takes the paper's ranges exchanged, so that axis 1 always carries the larger spread: for the
+    Pareto the heavier tail (smaller a), for the Gaussian the larger sigma. It has no tail regime
+    (``heavytail.names.regime_refusal``)."""
+    if tail_regime not in names.TAIL_REGIMES:
+        raise ValueError(f"tail_regime must be one of {tuple(names.TAIL_REGIMES)}; got {tail_regime!r}")
+    why = names.regime_refusal(marginals, tail_regime)
+    if why is not None:
+        raise ValueError(why)
+    lighter, heavier = names.TAIL_REGIMES[tail_regime]
+    return (lighter, heavier) if marginals == "mirrored_pareto" else (heavier, lighter)
+
+
+# The paper's Pi_eta for each marginal family.
+ETA_RANGES = {m: eta_ranges(m) for m in MARGINALS}
 
 # Pi_T (App. D.1): eq. (23) for the sheared swap, eq. (25) for the matrix inverse; columns of omega_T.
 OMEGA_T_RANGES = {
@@ -134,12 +146,14 @@ class Benchmark:
 
     ``operator`` in OPERATORS, ``marginals`` in MARGINALS. A pair no model can learn
     (``heavytail.names.task_refusal``: the matrix inverse on Gaussian marginals, Prop. 6) is refused unless
-    ``allow_unidentifiable=True`` (for the counterexample).
+    ``allow_unidentifiable=True`` (for the counterexample). ``tail_regime`` names the mirrored Pareto's tail
+    index ranges (:func:`eta_ranges`; the paper's by default).
     """
 
     operator: str
     marginals: str
     allow_unidentifiable: bool = False
+    tail_regime: str = "paper"
 
     def __post_init__(self):
         if self.operator not in OPERATORS:
@@ -151,6 +165,7 @@ class Benchmark:
             raise ValueError(f"operator {self.operator!r} on marginals {self.marginals!r}: {why}. Use marginals "
                              f"{names.BENCHMARK_MARGINALS[self.operator]}, or pass allow_unidentifiable=True to "
                              "build the counterexample deliberately.")
+        eta_ranges(self.marginals, self.tail_regime)  # refuses an unknown regime, or one on Gaussian marginals
 
     def sample_trials(self, n_trials: int, generator: torch.Generator | None = None, device=None) -> Trials:
         """Draw omega ~ Pi_T x Pi_eta independently for each of ``n_trials`` trials (App. D.1, Section 3.2.1)."""
@@ -158,7 +173,7 @@ class Benchmark:
         if device is None:
             device = generator.device if generator is not None else "cpu"
         ranges = OMEGA_T_RANGES[self.operator]
-        lo_hi = [(lo, hi) for _, lo, hi in ranges] + list(ETA_RANGES[self.marginals])
+        lo_hi = [(lo, hi) for _, lo, hi in ranges] + list(eta_ranges(self.marginals, self.tail_regime))
         lo, hi = (torch.tensor(v, dtype=torch.float64, device=device) for v in zip(*lo_hi))
         omega = lo + (hi - lo) * torch.rand((n_trials, len(lo_hi)), generator=generator,
                                             dtype=torch.float64, device=device)
