@@ -130,3 +130,8 @@ def test_what_notebooks_import_needs_no_papermill_submitit_or_jupyter():
     code = f"import json, sys, heavytail.pipeline.report\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {BATCH!r})))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert "submitit" in json.loads(out.stdout)
+
+
+def test_repo_root_outside_the_repository_falls_back_to_the_package_checkout(tmp_path):
+    # papermill may run a kernel anywhere; the fallback must be the checkout holding the package, not a subfolder
+    assert repo_root(tmp_path) == ROOT

@@ -38,7 +38,7 @@ def repo_root(start: str | os.PathLike | None = None) -> Path:
     for folder in (here, *here.parents):
         if (folder / "pyproject.toml").is_file() and (folder / "heavytail").is_dir():
             return folder
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

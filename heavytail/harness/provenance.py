@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the repository: heavytail/harness/ is two levels down
 
 
 def _git(*args: str, cwd: Path = PACKAGE_ROOT) -> str | None:
