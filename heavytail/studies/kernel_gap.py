@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from heavytail.harness.rundir import RunDir
 from heavytail.io import load_json
-from heavytail.names import BACKEND_LABELS, KERNEL_COLORS, KERNELS
+from heavytail.names import BACKEND_LABELS, KERNEL_COLORS, kernel_names
 
 # The variants the claims compare: softmax through SDPA's flash-style backward, softmax through exact
 # float32 attention, and the slowest-growing kernel of Table 1.
@@ -61,7 +61,7 @@ def variant_color(v: tuple[str, str]) -> str:
 
 
 def _order(v: tuple[str, str]) -> tuple[int, int]:
-    return KERNELS.index(v[0]), 0 if v[1] == "sdpa" else 1
+    return kernel_names().index(v[0]), 0 if v[1] == "sdpa" else 1
 
 
 # ------------------------------------------------------------------------------------ one run

@@ -37,6 +37,8 @@ MAPS = {
                           "kernel gap vs N at one trial per step (the same task instances at every N), 8 seeds"),
     "gap-long": MapSpec("kernel_gap_long.json", "params/grid_gap_long.yaml", "3,000-step grid",
                         "softmax and log-ELU for 3,000 steps at N = 1024, lr 1e-3 and 1e-2"),
+    "phase": MapSpec("phase_diagram.json", "params/grid_phase.yaml", "phase map",
+                     "kernel growth order q x tail regime x N at one trial per step, 5 seeds"),
     "gap-points": MapSpec("kernel_gap_map.json", "params/grid_gap_map.yaml", "points-per-step map",
                           "kernel gap vs N at 4096 points per step (trials per step traded for N), 3 seeds"),
 }

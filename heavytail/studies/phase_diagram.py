@@ -1,0 +1,118 @@
+"""The kernel-growth x tail-index phase diagram: where does a kernel's ratio to the floor grow with N?
+
+App. A's condition says attention's population integrals are finite when the key/value measure has a finite
+(q+1)-st moment, q the kernel's growth order (heavytail.names.KernelRow.order). With mirrored Pareto tokens
+whose heavier latent axis has tail index a, that is a > q + 1. A trained model meets finitely many tokens,
+but the largest of them grows with N like N^(1/a); where the condition fails, the attention output it must
+learn through grows with N (heavytail.studies.moment_condition), and the ratio to the sampling floor should
+grow too. The trained map (params/grid_phase.yaml) runs kernels of several q on tail regimes of several a
+(heavytail.names.TAIL_REGIMES) at several N; per (kernel, regime) the growth rule of
+heavytail.studies.claims decides whether the ratio grows, and the prediction is
+
+- *grows* when q + 1 >= a_lo, the smallest tail index the regime draws on its heavier axis (some trials
+  then violate the condition), *bounded* otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+from heavytail.names import KERNEL_ROWS, TAIL_REGIMES
+from heavytail.studies import claims as C
+from heavytail.studies.kernel_gap import map_extent, ratio_at
+
+HEAVIER_AXIS = 1  # axis 1 of a regime carries the heavier tail (heavytail.names.TAIL_REGIMES)
+
+
+def heavier_range(regime: str) -> tuple[float, float]:
+    return TAIL_REGIMES[regime][HEAVIER_AXIS]
+
+
+def predicted_growth(kernel: str, regime: str) -> bool:
+    """Does App. A's condition fail on some trial of ``regime`` for ``kernel`` (q + 1 >= a_lo)?"""
+    return KERNEL_ROWS[kernel].order + 1 >= heavier_range(regime)[0]
+
+
+def _regime(run: Mapping[str, Any]) -> str:
+    return run["config"].get("tail_regime", "paper")
+
+
+def cells(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, dict[int, float]]]:
+    """{(kernel, regime): {seed: {N: log ratio to the floor at the run's training N}}}."""
+    out: dict[tuple[str, str], dict[int, dict[int, float]]] = {}
+    for r in runs:
+        v = ratio_at(r, "train")
+        if math.isfinite(v) and v > 0:
+            key = (r["config"]["kernel"], _regime(r))
+            out.setdefault(key, {}).setdefault(r["config"]["seed"], {})[r["config"]["n_points"]] = math.log(v)
+    return out
+
+
+def decide(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per (kernel, regime): q, the regime's heavier-axis range, the prediction, the growth rule's decision on
+    the per-seed slope of the log ratio on log2 N (its estimate as a factor per doubling) and whether the
+    decision agrees with the prediction (None while undecided)."""
+    rows = []
+    for (kernel, regime), by_seed in sorted(cells(runs).items(),
+                                            key=lambda kv: (KERNEL_ROWS[kv[0][0]].order, kv[0][1])):
+        slopes = C.per_seed_slopes(by_seed)
+        d = C.growth_rule(list(slopes.values()))
+        pred = predicted_growth(kernel, regime)
+        agree = None
+        if d.verdict == C.REPRODUCED:
+            agree = pred
+        elif d.verdict == C.NOT_REPRODUCED:
+            agree = not pred
+        e = d.estimate
+        rows.append({"kernel": kernel, "q": KERNEL_ROWS[kernel].order, "regime": regime,
+                     "a_lo": heavier_range(regime)[0], "a_hi": heavier_range(regime)[1],
+                     "predicted": "grows" if pred else "bounded", "verdict": d.verdict,
+                     "per doubling": math.exp(e.estimate) if e else math.nan,
+                     "low": math.exp(e.low) if e and e.n > 1 else math.nan,
+                     "high": math.exp(e.high) if e and e.n > 1 else math.nan,
+                     "seeds": len(slopes), "agree": agree, "reason": d.reason})
+    return rows
+
+
+def findings(runs: Sequence[Mapping[str, Any]], static_rows: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The phase diagram's claims (heavytail.studies.claims records)."""
+    rows = decide(runs)
+    decided = [r for r in rows if r["agree"] is not None]
+    disagree = [r for r in decided if not r["agree"]]
+    if not rows:
+        verdict, needs = C.NOT_RUN, "the phase map (params/grid_phase.yaml) has not run"
+    elif not decided:
+        verdict, needs = C.UNDECIDED, "no (kernel, regime) cell is decided yet; more seeds or N"
+    else:
+        verdict, needs = (C.NOT_REPRODUCED if disagree else C.REPRODUCED), ""
+    cells_text = "; ".join(f"{r['kernel']} on {r['regime']} (q + 1 = {r['q'] + 1:g} vs a >= {r['a_lo']:.3g}): predicted "
+                           f"{r['predicted']}, {r['verdict']}" for r in rows)
+    out = [C.Claim("phase-growth-where-condition-fails",
+                   "A kernel's ratio to the floor grows with N exactly where App. A's condition fails (q + 1 >= a)",
+                   "App. A (beyond the paper)", "not tested in the paper", verdict, statistic="decided cells agreeing with the prediction",
+                   estimate=float(len(decided) - len(disagree)) if decided else None,
+                   seeds=min((r["seeds"] for r in rows), default=0), scale=map_extent(runs) if runs else "",
+                   evidence=(f"{len(decided)} of {len(rows)} cells decided, {len(disagree)} against the prediction: "
+                             + cells_text) if rows else "", needs=needs,
+                   decided_by={"notebook": "08_phase_diagram", "section": "The trained phase diagram",
+                               "figures": ["phase_diagram"]}).to_dict()]
+    if static_rows:
+        miss = [r for r in static_rows if not r["holds"]]
+        out.append(C.Claim(
+            "static-exponent-matches", "The static growth exponent of attention's output matches App. A's prediction "
+            "within its interval", "App. A (beyond the paper)", "not tested in the paper",
+            C.REPRODUCED if not miss else C.NOT_REPRODUCED, statistic=f"of {len(static_rows)} cells, within their interval",
+            estimate=float(len(static_rows) - len(miss)), seeds=0,
+            scale=f"{len(static_rows)} (kernel, a) cells, nested ensembles up to N = 2^{_log2_max(static_rows)}",
+            evidence="; ".join(f"{r['kernel']} at a = {r['a']:g}: predicted {r['predicted']:.2f}, measured "
+                               f"{r['measured']:.2f} [{r['low']:.2f}, {r['high']:.2f}]" for r in miss)
+            or "every cell within its interval",
+            decided_by={"notebook": "08_phase_diagram", "section": "The static test",
+                        "figures": ["static_exponents"]}).to_dict())
+    return out
+
+
+def _log2_max(rows: Sequence[Mapping[str, Any]]) -> str:
+    n = max((r.get("n_max", 0) for r in rows), default=0)
+    return str(int(math.log2(n))) if n else "?"

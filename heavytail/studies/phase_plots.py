@@ -1,0 +1,109 @@
+"""Figures of the phase-diagram study (heavytail.studies.moment_condition, heavytail.studies.phase_diagram)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from heavytail.names import KERNEL_COLORS, KERNEL_ROWS, kernel_label
+from heavytail.studies import claims as C
+from heavytail.studies import phase_diagram as P
+
+_Q_INF = 4.5  # where softmax (q = infinity) is drawn on a q axis
+
+
+def _q_pos(q: float) -> float:
+    return _Q_INF if math.isinf(q) else q
+
+
+def static_figure(rows: Sequence[Mapping[str, Any]], ns: Sequence[int], norms: Mapping[float, Mapping[str, np.ndarray]]):
+    """(a) the median |o_N| over repetitions against N per kernel, one panel per tail index a; (b) measured
+    growth exponent (95 % bootstrap interval) against App. A's prediction, one point per (kernel, a)."""
+    tails = sorted({r["a"] for r in rows})
+    fig = plt.figure(figsize=(4.2 * len(tails) + 4.6, 4.2))
+    grid = fig.add_gridspec(1, len(tails) + 1, width_ratios=[1] * len(tails) + [1.15])
+    for i, a in enumerate(tails):
+        ax = fig.add_subplot(grid[0, i])
+        for name, block in norms[a].items():
+            ax.plot(ns, np.median(block, axis=0), "o-", ms=3, color=KERNEL_COLORS[name], label=kernel_label(name))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("N keys")
+        ax.set_title(f"tail index a = {a:g}", fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        if i == 0:
+            ax.set_ylabel("median |attention output| over repetitions")
+    fig.axes[0].legend(fontsize=6, loc="upper left")
+    ax = fig.add_subplot(grid[0, -1])
+    for r in rows:
+        ax.errorbar([r["predicted"]], [r["measured"]], yerr=[[r["measured"] - r["low"]], [r["high"] - r["measured"]]],
+                    fmt="o" if r["holds"] else "x", color=KERNEL_COLORS[r["kernel"]], ms=5, capsize=2)
+    top = max(max(r["high"] for r in rows), max(r["predicted"] for r in rows)) + 0.05
+    ax.plot([0, top], [0, top], "k:", lw=0.8)
+    ax.set_xlabel("predicted exponent (App. A, order statistics)")
+    ax.set_ylabel("measured exponent, 95 % interval")
+    ax.set_title("(b) o: interval holds the prediction, x: it does not", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def phase_figure(rows: Sequence[Mapping[str, Any]]):
+    """Each (kernel, regime) cell on the (q, a) plane: a bar spanning the regime's heavier-axis tail indices,
+    coloured by the measured change of the ratio per doubling of N, outlined by the verdict; the line
+    q + 1 = a separates where App. A's condition holds (above) from where it fails."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    cmap = plt.get_cmap("coolwarm")
+    norm = plt.Normalize(1 / 1.6, 1.6)
+    for r in rows:
+        x = _q_pos(r["q"])
+        value = r["per doubling"] if math.isfinite(r["per doubling"]) else 1.0
+        ax.plot([x, x], [r["a_lo"], r["a_hi"]], lw=12, solid_capstyle="butt", color=cmap(norm(value)))
+        ax.plot([x, x], [r["a_lo"], r["a_hi"]], lw=14, solid_capstyle="butt", zorder=0,
+                color=C.VERDICT_COLORS[r["verdict"]])
+        ax.annotate(f"x{C.fmt(r['per doubling'], 2)}\n{r['seeds']} seeds", (x + 0.08, (r["a_lo"] + r["a_hi"]) / 2),
+                    fontsize=6, va="center")
+    qs = np.linspace(-0.2, _Q_INF - 0.5, 50)
+    ax.plot(qs, qs + 1, "k--", lw=1, label="q + 1 = a (App. A's condition: holds above)")
+    ax.fill_between(qs, 0, qs + 1, color="0.92", zorder=-1, label="condition fails: growth predicted")
+    kernels = sorted({r["kernel"] for r in rows}, key=lambda k: KERNEL_ROWS[k].order)
+    ax.set_xticks([_q_pos(KERNEL_ROWS[k].order) for k in kernels], [f"{k}\nq={KERNEL_ROWS[k].order:g}" for k in kernels],
+                  fontsize=7)
+    ax.set_ylabel("tail index a of the heavier latent axis")
+    ax.set_ylim(0.8, max((r["a_hi"] for r in rows), default=6) + 0.5)
+    sm = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
+    fig.colorbar(sm, ax=ax, label="ratio to the floor, change per doubling of N")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_title("Outline: verdict of the growth rule (green grows, red bounded, amber undecided)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def curves_figure(runs: Sequence[Mapping[str, Any]]):
+    """Per tail regime, each kernel's median ratio to the floor (at the training N) against N, seeds as dots."""
+    by = P.cells(runs)
+    regimes = sorted({reg for _, reg in by})
+    fig, axes = plt.subplots(1, max(1, len(regimes)), figsize=(5 * max(1, len(regimes)), 4), sharey=True,
+                             squeeze=False)
+    for ax, regime in zip(axes[0], regimes):
+        for (kernel, reg), seeds in sorted(by.items(), key=lambda kv: KERNEL_ROWS[kv[0][0]].order):
+            if reg != regime:
+                continue
+            ns = sorted({n for row in seeds.values() for n in row})
+            med = [float(np.exp(np.median([row[n] for row in seeds.values() if n in row]))) for n in ns]
+            ax.plot(ns, med, "o-", color=KERNEL_COLORS[kernel], label=kernel_label(kernel), ms=4)
+            for row in seeds.values():
+                ax.plot(list(row), np.exp(list(row.values())), ".", color=KERNEL_COLORS[kernel], alpha=0.4)
+        lo, hi = P.heavier_range(regime)
+        ax.set_title(f"{regime}: heavier axis a in [{lo:.3g}, {hi:.3g}]", fontsize=9)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("training N")
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("median ratio to the floor (eq. 36) at the training N")
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,68 @@
+"""The trained phase diagram's decision on constructed run summaries: the prediction (growth where
+q + 1 >= a_lo of the regime's heavier axis), the per-cell growth rule, and the claim that reads them."""
+
+from __future__ import annotations
+
+import math
+
+from heavytail.harness.config import RunConfig
+from heavytail.studies import claims as C
+from heavytail.studies import phase_diagram as P
+
+
+def _run(kernel, regime, n, seed, ratio):
+    backend = "sdpa" if kernel == "softmax" else "auto"
+    cfg = RunConfig.from_dict(dict(kernel=kernel, attention_backend=backend, tail_regime=regime, n_points=n,
+                                   eval_n_points=n, seed=seed, d_model=8, n_blocks=1, d_ff=8, steps=10,
+                                   warmup_steps=1)).to_dict()
+    block = {"ratio": ratio, "low": ratio * 0.8, "high": ratio * 1.2, "bold": False}
+    return {"name": f"{kernel}-{regime}-{n}-{seed}", "config": cfg, "median": block, "mean": block,
+            "collapse": {"label": "ok", "fraction": 0.0, "onset": None}, "skipped_steps": 0, "blocks": [],
+            "trace": {"step": []}}
+
+
+def _map(grows: dict, seeds=range(6), ns=(256, 1024, 4096)):
+    """Each (kernel, regime) in ``grows`` with a ratio that doubles per doubling of N (True) or stays (False)."""
+    runs = []
+    for (kernel, regime), g in grows.items():
+        for s in seeds:
+            for n in ns:
+                wiggle = math.exp(0.03 * math.sin(1.3 * s + n))
+                runs.append(_run(kernel, regime, n, s, 2.0 * (2.0 ** math.log2(n / 256) if g else 1.0) * wiggle))
+    return runs
+
+
+def test_the_prediction_follows_q_plus_one_against_the_heavier_axis():
+    assert P.predicted_growth("softmax", "light")  # q = inf: every polynomial tail
+    assert not P.predicted_growth("log_elu", "paper")  # q + 1 = 1 < 1 + eps
+    assert P.predicted_growth("elu_pow0.5", "paper")  # 1.5 >= 1 + eps
+    assert P.predicted_growth("elu_pow1.5", "moderate") and not P.predicted_growth("linear_elu", "moderate")
+    assert not P.predicted_growth("elu_pow3", "light")  # 4 < 4.5
+
+
+def test_cells_that_behave_as_predicted_reproduce_the_claim_and_one_contrary_cell_does_not():
+    agreeing = {("softmax", "light"): True, ("log_elu", "paper"): False, ("linear_elu", "moderate"): False,
+                ("squared_elu", "moderate"): True}
+    found = {f["id"]: f for f in P.findings(_map(agreeing))}
+    claim = found["phase-growth-where-condition-fails"]
+    assert claim["verdict"] == C.REPRODUCED and claim["estimate"] == 4
+    contrary = {**agreeing, ("log_elu", "paper"): True}
+    found = {f["id"]: f for f in P.findings(_map(contrary))}
+    assert found["phase-growth-where-condition-fails"]["verdict"] == C.NOT_REPRODUCED
+    assert "log_elu on paper" in found["phase-growth-where-condition-fails"]["evidence"]
+
+
+def test_too_few_seeds_leave_the_phase_claim_undecided_and_no_runs_not_run():
+    found = P.findings(_map({("softmax", "light"): True}, seeds=range(3)))
+    assert found[0]["verdict"] == C.UNDECIDED
+    assert P.findings([])[0]["verdict"] == C.NOT_RUN
+
+
+def test_the_static_claim_lists_where_the_measured_exponent_misses():
+    rows = [{"kernel": "softmax", "q": math.inf, "a": 4.0, "predicted": 0.25, "measured": 0.04, "low": -0.03,
+             "high": 0.2, "holds": False, "n_max": 2**18},
+            {"kernel": "log_elu", "q": 0.0, "a": 4.0, "predicted": 0.0, "measured": 0.01, "low": -0.05,
+             "high": 0.06, "holds": True, "n_max": 2**18}]
+    static = next(f for f in P.findings([], rows) if f["id"] == "static-exponent-matches")
+    assert static["verdict"] == C.NOT_REPRODUCED and "softmax at a = 4" in static["evidence"]
+    assert "2^18" in static["scale"]
