@@ -168,3 +168,16 @@ def test_kernel_or_numerics_is_decided_from_configurations_not_labels():
     assert late_attention(log) == (2 * 8 + 2 * 9) / 2  # the last fifth: steps 8, 9; block mean 2w
     assert math.isnan(late_attention([{"step": 1}]))
     assert concentrates(0.6, 0.1) and not concentrates(0.4, 0.1)
+
+
+def test_the_hill_band_summary_reads_every_threshold_of_its_stated_range(tiny_run):
+    from heavytail.harness.evaluate import band_k_range
+
+    res = evaluate(tiny_run, quiet=True, save=False)
+    band = res["hill"]["band_miss"]
+    n = res["config"]["eval_n_points"]
+    assert band["k_range"] == list(band_k_range(n)) and band["k_range"][0] < band["k_range"][1] < n
+    for axis in ("0", "1"):
+        shares = band["axes"][axis]
+        assert 0.0 <= shares["target"] <= 1.0 and 0.0 <= shares["output"] <= 1.0
+    assert band["excess"] == max(v["output"] - v["target"] for v in band["axes"].values())

@@ -75,6 +75,21 @@ def _hill_curve(latent: torch.Tensor, n: int) -> torch.Tensor:
     return torch.stack([_hill(latent, max(2, math.floor(round(phi * n, 9)))) for phi in HILL_CURVE_PHIS])
 
 
+def band_k_range(n: int) -> tuple[int, int]:
+    """The thresholds the Hill-band summary reads: k from max(10, 1 % of N) to 20 % of N, away from the few
+    largest points (too few for the asymptotic band) and from the body of the law (where Hill is biased)."""
+    return max(10, n // 100), max(11, n // 5)
+
+
+def _band_miss(latent: torch.Tensor, tail_index: torch.Tensor, n: int) -> torch.Tensor:
+    """(T, 2): per trial and latent axis, the share of k in :func:`band_k_range` where the Hill estimate's
+    asymptotic 95 % band excludes the known tail index (metrics.hill_band_miss)."""
+    from heavytail.science.metrics import hill_band_miss
+
+    k_lo, k_hi = band_k_range(n)
+    return hill_band_miss(latent.transpose(-1, -2), tail_index.to(torch.float64), k_lo, k_hi)
+
+
 # ------------------------------------------------------------------------------------- floor
 def floor_key(cfg: RunConfig) -> str:
     """What the floor pool depends on, hashed: its cache file's name."""
@@ -131,7 +146,7 @@ def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = T
     gen = _generator(cfg.seed, _CANDIDATE_STREAM)
     trials = bench.sample_trials(cfg.eval_trials, generator=gen)
     seeds = _stream_seeds(cfg.eval_trials, gen, 2)
-    d, spread, hill_out, hill_y1, curve_out, curve_y1 = [], [], [], [], [], []
+    d, spread, hill_out, hill_y1, curve_out, curve_y1, band_out, band_y1 = [], [], [], [], [], [], [], []
     with float32_matmuls(cfg, dev), recording_backends() as backends:
         runtime = precision_record(dev, None)  # evaluation runs without autocast (Table 3)
         for lo in tqdm(range(0, cfg.eval_trials, cfg.eval_batch_trials), disable=quiet, desc="evaluate"):
@@ -150,16 +165,22 @@ def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = T
                 z_out, z_y1 = _latent(out, part.output_to_latent), _latent(y1, part.output_to_latent)
                 h_out = torch.full((len(part), 2), math.nan, dtype=torch.float64)
                 c_out = torch.full((len(HILL_CURVE_PHIS), len(part), 2), math.nan, dtype=torch.float64)
+                b_out = torch.full((len(part), 2), math.nan, dtype=torch.float64)
+                a_true = part.marginal_params.to(z_out.device)
                 if finite.any():
                     h_out[finite.cpu()] = _hill(z_out[finite], cfg.hill_k).double().cpu()
                     c_out[:, finite.cpu()] = _hill_curve(z_out[finite], cfg.eval_n_points).double().cpu()
+                    b_out[finite.cpu()] = _band_miss(z_out[finite], a_true[finite], cfg.eval_n_points).cpu()
                 hill_out.append(h_out)
                 curve_out.append(c_out)
+                band_out.append(b_out)
                 hill_y1.append(_hill(z_y1, cfg.hill_k).cpu())
                 curve_y1.append(_hill_curve(z_y1, cfg.eval_n_points).cpu())
+                band_y1.append(_band_miss(z_y1, a_true, cfg.eval_n_points).cpu())
 
     return {"trials": trials, "runtime": runtime, "backends": backends, "d": d, "spread": spread,
-            "hill_out": hill_out, "hill_y1": hill_y1, "curve_out": curve_out, "curve_y1": curve_y1}
+            "hill_out": hill_out, "hill_y1": hill_y1, "curve_out": curve_out, "curve_y1": curve_y1,
+            "band_out": band_out, "band_y1": band_y1}
 
 
 @torch.no_grad()
@@ -183,7 +204,8 @@ def evaluate(
     scored = _score(model, cfg, dev, quiet)
     trials, runtime, backends = scored["trials"], scored["runtime"], scored["backends"]
     d, spread = scored["d"], scored["spread"]
-    hill_out, hill_y1, curve_out, curve_y1 = (scored[k] for k in ("hill_out", "hill_y1", "curve_out", "curve_y1"))
+    hill_out, hill_y1, curve_out, curve_y1, band_out, band_y1 = (
+        scored[k] for k in ("hill_out", "hill_y1", "curve_out", "curve_y1", "band_out", "band_y1"))
     d_all = torch.cat(d).numpy()
     d_hat = np.asarray(pool["d_hat"], dtype=np.float64)
     spread_all = torch.cat(spread)
@@ -239,6 +261,10 @@ def evaluate(
                 "output_abs_error": _median_abs_error(c_out, tail_index),
                 "target_abs_error": _median_abs_error(c_y1, tail_index),
             },
+            # The same question over every threshold k in a stated range: the share of k where the Hill band
+            # a_hat (1 +- 1.96/sqrt k) excludes the known index, for the model's output and for an i.i.d.
+            # target ensemble of equal size (whose share is what a faithful tail scores: the band is pointwise).
+            "band_miss": _band_summary(torch.cat(band_out), torch.cat(band_y1), cfg.eval_n_points),
         }
     if save:
         save_json(results, RunDir(run_dir).results_path)
@@ -266,6 +292,14 @@ def _at_n(model, cfg: RunConfig, n: int, floor_cache: Path, dev: torch.device, q
     fraction = float(collapsed(torch.cat(scored["spread"]), cfg.collapse_spread).double().mean())
     return {"n_points": n, "collapse": {"label": run_label(fraction), "fraction": fraction},
             **_ratios(torch.cat(scored["d"]).numpy(), np.asarray(pool["d_hat"], dtype=np.float64), at)}
+
+
+def _band_summary(out: torch.Tensor, target: torch.Tensor, n: int) -> dict[str, Any]:
+    """Mean over trials of the Hill-band miss share per axis, for the output and the target, and the run's one
+    number: the largest excess of the output's share over the target's across the two axes (NaN-safe)."""
+    axes = {str(a): {"output": float(out[:, a].nanmean()), "target": float(target[:, a].nanmean())} for a in (0, 1)}
+    excess = max(v["output"] - v["target"] for v in axes.values())
+    return {"k_range": list(band_k_range(n)), "axes": axes, "excess": excess}
 
 
 def _discrepancy(e: torch.Tensor, e_hat: torch.Tensor) -> float:
