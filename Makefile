@@ -54,9 +54,11 @@ report: install
 lab: install
 	$(PY) -m jupyter lab --LabApp.app_settings_dir=$(CURDIR)/.jupyter/lab/settings notebooks/
 
+# Each writes a JSON record under benchmarks/results/ (provenance, threads, every measurement).
 bench: install
 	$(PY) benchmarks/bench_energy.py --quick
 	$(PY) benchmarks/bench_attention_cpu.py --quick
+	$(PY) benchmarks/bench_train_cpu.py --quick
 
 clean:
 	rm -rf outputs/*/ .pytest_cache

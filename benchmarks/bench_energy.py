@@ -12,6 +12,8 @@ Other engineers share the CPU, so absolute times are noisy: read the ratios, mea
 
     python benchmarks/bench_energy.py            # full table (several minutes)
     python benchmarks/bench_energy.py --quick    # N in {1024, 4096}, one repetition
+
+Writes ``benchmarks/results/energy_<date>.json`` (provenance, threads, every row).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import _bench
 
 GIB = 2.0**30
 # Naive cdist autograd keeps ~4 float32 N x N matrices per set alive (3 distance matrices + gradient).
@@ -113,6 +117,7 @@ def main() -> None:
         print(json.dumps(child(method, int(n), int(batch), int(reps))))
         return
 
+    record = _bench.header("bench_energy", sys.argv[1:])
     sizes = [1024, 4096] if args.quick else [1024, 4096, 16384, 65536]
     batches = [1, 8]
     print(f"load average at start: {os.getloadavg()[0]:.2f} (2 cores shared with other engineers)", flush=True)
@@ -157,6 +162,12 @@ def main() -> None:
     if (65536, 1) in by_key and "peak_rss_gib" in by_key[(65536, 1)][0]:
         rss = by_key[(65536, 1)][0]["peak_rss_gib"]
         print(f"target N=65536 with gradient under 1 GiB RSS: {rss:.2f} GiB: {'met' if rss < 1 else 'NOT met'}")
+    path = _bench.write_json("energy", {**record, "timing_method": "median over repetitions, a fresh process per "
+                                        "point, points one after another (not interleaved)",
+                                        "memory_method": "ru_maxrss of a fresh process per point (default "
+                                        "allocator; includes the torch/inductor import)",
+                                        "rows": [{"n": n, "batch": b, "ours": o, "naive": bl} for n, b, o, bl in rows]})
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

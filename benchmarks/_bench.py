@@ -1,0 +1,142 @@
+"""What the CPU benchmark scripts share: child processes that see training's threads and allocator, interleaved
+timing, peak-memory passes, and the JSON record under ``benchmarks/results/``.
+
+Timing and memory are separate passes because they need opposite allocators:
+
+- time: glibc's default allocator, the one training runs under (it keeps freed large blocks and reuses them,
+  so a step does not pay fresh page faults for every tile). The variants compared take turns, one call each
+  per round (A, B, A, B, ...), so a noisy neighbour on the shared cores slows each alike; a ratio is the median
+  over rounds of the two calls' ratio within one round.
+- memory: a fresh process per point with ``MALLOC_MMAP_THRESHOLD_=131072``: every block of 128 KiB or more is
+  its own mapping and goes back to the OS when freed, so the peak resident set (``VmHWM`` after resetting it
+  through ``/proc/self/clear_refs``) tracks the live tensors rather than the allocator's retained heap. The
+  number is that peak minus the resident set before the call (the memory the call added).
+
+Threads are set the way the grid sets them for a training worker (OMP/MKL/OpenBLAS variables in the child's
+environment, read by torch at start-up), and ``torch.set_num_threads`` besides.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+# The grid's own list (heavytail.pipeline.configuration.THREAD_VARIABLES), restated here so that importing this
+# module stays light (the pipeline imports papermill's helpers).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+MMAP_THRESHOLD = "131072"
+TIMING_METHOD = ("glibc default allocator (as training), variants interleaved one call each per round; ratio = "
+                 "median over rounds of (variant / baseline) within the round")
+MEMORY_METHOD = ("fresh process per point with MALLOC_MMAP_THRESHOLD_=131072, after one warm-up call (compiles "
+                 "included): VmHWM - VmRSS before the measured call (peak reset via /proc/self/clear_refs), MiB")
+
+
+def child_env(threads: int | None, memory: bool = False) -> dict[str, str]:
+    """The environment of a child process: ``threads`` for torch's pools, the repository on the path, and the
+    mmap threshold only for a memory pass (a timing pass must not inherit one from the caller's shell)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("MALLOC_MMAP_THRESHOLD_", None)
+    if memory:
+        env["MALLOC_MMAP_THRESHOLD_"] = MMAP_THRESHOLD
+    if threads:
+        for var in THREAD_VARIABLES:
+            env[var] = str(threads)
+    return env
+
+
+def run_child(args: list[str], env: dict[str, str], timeout: float) -> dict:
+    """Run ``python args...`` and return the JSON object of its last stdout line that holds one, or
+    ``{"error": ...}`` with the last line of its stderr."""
+    try:
+        proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout {timeout:.0f}s"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300]}
+
+
+def set_threads(threads: int | None) -> int:
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 2) -> dict[str, list[float]]:
+    """Seconds per call of each function, ``rounds`` calls each, the functions taking turns call by call after
+    ``warmup`` untimed calls each (compiles, allocator)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def summarize(times: dict[str, list[float]], baseline: str) -> dict[str, dict[str, float]]:
+    """Per variant: median and minimum seconds, and its ratio to ``baseline`` (the median over rounds of the
+    ratio within each round, and the ratio of the minima)."""
+    base = times[baseline]
+    out = {}
+    for name, ts in times.items():
+        out[name] = {
+            "median_s": statistics.median(ts),
+            "min_s": min(ts),
+            "ratio": statistics.median(t / b for t, b in zip(ts, base)),
+            "ratio_of_min": min(ts) / min(base),
+            "rounds": len(ts),
+        }
+    return out
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def peak_extra_mib(fn: Callable[[], object]) -> float:
+    """Peak resident memory ``fn()`` adds, in MiB (see the module docstring for the allocator it needs)."""
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak-RSS mark to the current RSS
+    before = _status_kib("VmRSS")
+    fn()
+    return (_status_kib("VmHWM") - before) / 1024
+
+
+def header(script: str, argv: list[str]) -> dict:
+    """What a result file records about its run: provenance (commit and whether the tree is dirty, torch,
+    machine with its CPU model, date), the command line and the load average at the start."""
+    from heavytail.harness.provenance import record
+
+    return {"script": script, "argv": argv, "provenance": record(), "load_average_start": os.getloadavg(),
+            "timing_method": TIMING_METHOD, "memory_method": MEMORY_METHOD}
+
+
+def write_json(stem: str, payload: dict, out: Path | None = None) -> Path:
+    """Write ``payload`` (with the load average at the end added) to ``out`` or to
+    ``benchmarks/results/<stem>_<UTC date and time>.json``; returns the path."""
+    payload = {**payload, "load_average_end": os.getloadavg()}
+    if out is None:
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        out = RESULTS / f"{stem}_{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=1) + "\n")
+    return out
