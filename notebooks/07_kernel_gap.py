@@ -69,7 +69,6 @@ for name, src in sources.items():
 # %%
 decided_on = design or own
 found = K.findings(decided_on)
-display(Markdown("\n\n".join(f"- {C.render(f)}" for f in found)))
 show(C.claims_table(found, f"Kernel-gap claims ({sources['gap-design'].label if design else 'this report'})"),
      art, "findings")
 # The summary notebook (06) and the landing page list these claims.

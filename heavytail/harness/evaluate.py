@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm  # plain bars: tqdm.auto needs ipywidgets in a notebook and warns in red without them
 
 from heavytail.science.collapse import collapsed, run_label, spread_ratio
 from heavytail import cli

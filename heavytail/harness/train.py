@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm  # plain bars: tqdm.auto needs ipywidgets in a notebook and warns in red without them
 
 from heavytail import cli
 from heavytail.science.collapse import collapsed, spread_ratio

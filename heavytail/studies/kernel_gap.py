@@ -114,6 +114,7 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
         | {stat: {k: results["at_train_n"][stat][k] for k in ("ratio", "low", "high", "bold")}
            for stat in ("median", "mean") if stat in results.get("at_train_n", {})},
         "provenance": (results.get("provenance") or {}).get("training"),
+        "hill_band": (results.get("hill") or {}).get("band_miss"),
         "skipped_steps": skipped,
         "train_seconds": log[-1]["seconds"] if log else math.nan,
         "blocks": blocks,

@@ -109,3 +109,14 @@ def exponent_table(kernels: Mapping[str, float], tail_indices: Sequence[float], 
             rows.append({"kernel": name, "q": q, "a": a, "predicted": beta, "measured": e.beta, "low": e.low,
                          "high": e.high, "holds": e.low <= beta <= e.high})
     return rows
+
+
+def static_table(rows: Sequence[dict], n_max: int, reps: int) -> dict:
+    """The static test's rows as a table (heavytail.studies.tables); a miss is bold red."""
+    return {"title": f"Growth exponent of one query's attention output, N = 256 .. {n_max}, {reps} repetitions",
+            "columns": ["kernel", "q", "a", "predicted", "measured", "95 % interval", "holds"],
+            "rows": [{"kernel": r["kernel"], "q": f"{r['q']:g}", "a": f"{r['a']:g}", "predicted": f"{r['predicted']:.3f}",
+                      "measured": f"{r['measured']:.3f}", "95 % interval": f"{r['low']:.3f} - {r['high']:.3f}",
+                      "holds": {"text": "yes" if r["holds"] else "no", "bold": not r["holds"],
+                                "color": None if r["holds"] else "#cf222e"}} for r in rows],
+            "notes": "exponent: slope of log median |o_N| on log N; interval: percentile bootstrap over repetitions"}

@@ -116,3 +116,26 @@ def findings(runs: Sequence[Mapping[str, Any]], static_rows: Sequence[Mapping[st
 def _log2_max(rows: Sequence[Mapping[str, Any]]) -> str:
     n = max((r.get("n_max", 0) for r in rows), default=0)
     return str(int(math.log2(n))) if n else "?"
+
+
+def phase_table(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """:func:`decide`'s rows as a table (heavytail.studies.tables)."""
+    return {"title": "Per (kernel, tail regime): the ratio's change per doubling of N",
+            "columns": ["kernel", "q", "regime", "heavier-axis a", "predicted", "per doubling (95 %)", "seeds",
+                        "verdict", "agrees"],
+            "rows": [{"kernel": r["kernel"], "q": f"{r['q']:g}", "regime": r["regime"],
+                      "heavier-axis a": f"{r['a_lo']:.3g}-{r['a_hi']:.3g}", "predicted": r["predicted"],
+                      "per doubling (95 %)": f"x{C.fmt(r['per doubling'])} ({C.fmt(r['low'])}-{C.fmt(r['high'])})",
+                      "seeds": r["seeds"], "verdict": {"text": r["verdict"], "color": C.VERDICT_COLORS[r["verdict"]]},
+                      "agrees": {None: "undecided", True: "yes", False: "no"}[r["agree"]]} for r in rows],
+            "notes": "per seed: slope of the log ratio to the floor (at the training N) on log2 N; t interval over seeds"}
+
+
+def band_table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per run, the Hill-band miss share (heavytail.harness.evaluate) of the output and of the target."""
+    rows = [{"run": r["name"], "axis 1: output": f"{r['hill_band']['axes']['1']['output']:.2f}",
+             "axis 1: i.i.d. target": f"{r['hill_band']['axes']['1']['target']:.2f}",
+             "excess (largest axis)": f"{r['hill_band']['excess']:+.2f}"} for r in runs if r.get("hill_band")]
+    return {"title": "Share of Hill thresholds whose band excludes the known index (mean over evaluation trials)",
+            "columns": ["run", "axis 1: output", "axis 1: i.i.d. target", "excess (largest axis)"], "rows": rows,
+            "notes": "k from 1 % to 20 % of the evaluation N (heavytail.harness.evaluate.band_k_range)"}

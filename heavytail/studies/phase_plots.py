@@ -107,3 +107,49 @@ def curves_figure(runs: Sequence[Mapping[str, Any]]):
     axes[0][0].legend(fontsize=6)
     fig.tight_layout()
     return fig
+
+
+def hill_plot_figure(run_dirs: Mapping[str, Any], n_points: int | None = None, seed: int = 0):
+    """Hill plots (eq. 38 at every k, App. J's thresholds) of one evaluation trial per run: for each latent axis,
+    the model output's Hill estimate against k with its asymptotic 95 % band a_hat (1 +- 1.96/sqrt k), the
+    same for an i.i.d. target ensemble of equal size, and the trial's known tail index as a line.
+    ``run_dirs``: {label: finished run folder}."""
+    import torch
+
+    from heavytail.harness.evaluate import band_k_range
+    from heavytail.harness.train import build_benchmark, load_model
+    from heavytail.science.metrics import hill_path
+
+    fig, axes = plt.subplots(len(run_dirs), 2, figsize=(11, 3.2 * len(run_dirs)), squeeze=False)
+    for row, (label, run_dir) in enumerate(run_dirs.items()):
+        model, cfg = load_model(run_dir)
+        n = n_points or cfg.eval_n_points
+        bench = build_benchmark(cfg)
+        gen = torch.Generator().manual_seed(seed)
+        trials = bench.sample_trials(1, generator=gen)
+        x, y = bench.sample_inputs(trials, n, generator=gen), bench.sample_targets(trials, n, generator=gen)
+        with torch.no_grad():
+            out = model(x).double()
+        to_latent = trials.output_to_latent.double()
+        k_lo, k_hi = band_k_range(n)
+        k = np.arange(1, k_hi + 1)
+        for axis in (0, 1):
+            ax = axes[row][axis]
+            for ens, name, color in ((out, "model output", "tab:red"), (y.double(), "i.i.d. target", "0.4")):
+                z = (ens @ to_latent.transpose(-1, -2))[0, :, axis]
+                path = hill_path(z, k_hi).numpy()
+                half = 1.96 / np.sqrt(k)
+                ax.plot(k, path, color=color, lw=1.2, label=name)
+                ax.fill_between(k, path * (1 - half), path * (1 + half), color=color, alpha=0.15)
+            a_true = float(trials.marginal_params[0, axis])
+            ax.axhline(a_true, color="k", ls="--", lw=1, label=f"known index a = {a_true:.2f}")
+            ax.axvspan(k_lo, k_hi, color="tab:blue", alpha=0.05, label="k range of the band summary")
+            ax.set_xscale("log")
+            ax.set_ylim(0, max(4 * a_true, 1))
+            ax.set_title(f"{label}: latent axis {axis}", fontsize=9)
+            ax.set_xlabel("k (upper order statistics)")
+            ax.set_ylabel("Hill estimate (eq. 38)")
+            ax.grid(alpha=0.3, which="both")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig

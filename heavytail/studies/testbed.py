@@ -147,7 +147,7 @@ def _save_cell(path: Path, cell: dict[str, np.ndarray]) -> None:
 def run_sweep(cfg: SweepConfig = SweepConfig(), cache_dir: str | os.PathLike | None = None,
               progress: bool = True) -> dict[str, np.ndarray]:
     """Run (or resume) the sweep; returns the flat table ``{column: (rows,)}`` with columns ``COLUMNS``."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # plain bars (tqdm.auto needs ipywidgets in a notebook)
 
     cells = [(i, j) for i in range(len(cfg.budgets)) for j in range(len(cfg.seams))]
     cache = Path(cache_dir) / f"sweep-{cfg.key()}-{_code_fingerprint()}" if cache_dir is not None else None
