@@ -29,6 +29,7 @@ from tqdm import tqdm  # plain bars: tqdm.auto needs ipywidgets in a notebook an
 
 from heavytail.science.collapse import collapsed, run_label, spread_ratio
 from heavytail import cli
+from heavytail.names import hill_k
 from heavytail.harness.config import DEVICES, RunConfig
 from heavytail.io import load_json, save_json
 from heavytail.harness.rundir import RunDir
@@ -72,7 +73,9 @@ def _hill(latent: torch.Tensor, k: int) -> torch.Tensor:
 
 def _hill_curve(latent: torch.Tensor, n: int) -> torch.Tensor:
     """(len(HILL_CURVE_PHIS), T, 2) Hill estimates over thresholds."""
-    return torch.stack([_hill(latent, max(2, math.floor(round(phi * n, 9)))) for phi in HILL_CURVE_PHIS])
+    # at least 2 upper order statistics, so the smallest phi still gives an estimate at small N
+    return torch.stack([_hill(latent, max(2, hill_k(n, phi))) if phi * n >= 1 else _hill(latent, 2)
+                        for phi in HILL_CURVE_PHIS])
 
 
 def band_k_range(n: int) -> tuple[int, int]:

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from heavytail.names import BACKEND_ROWS
+
 
 def spread_ratio(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Smallest per-axis ratio IQR(output) / IQR(target).
@@ -120,8 +122,8 @@ def attention_gradient_error(q, k, v, kernel: str, backend: str, seed: int = 0) 
 # ------------------------------------------------------------------------ kernel or numerics (Sec. 5)
 # Backends whose softmax backward recomputes the scores and subtracts a stored log-sum-exp (flash-style),
 # against those whose gradients are exact float32 autograd (heavytail.science.attention).
-FLASH_STYLE_BACKENDS = ("sdpa", "flash")
-EXACT_BACKENDS = ("tiled", "dense")
+FLASH_STYLE_BACKENDS = tuple(b for b, row in BACKEND_ROWS.items() if row.arithmetic == "flash-style")
+EXACT_BACKENDS = tuple(b for b, row in BACKEND_ROWS.items() if row.arithmetic == "exact")
 
 
 def numerics_pair(runs) -> tuple[Any, Any] | None:

@@ -20,6 +20,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from heavytail import names
+
 from heavytail.science.energy import ENERGY_BACKENDS  # energy-distance kernels, not attention backends
 from heavytail.science.energy import check_finite, energy_distance, energy_distance_1d
 from heavytail.names import RATIO_STATISTICS
@@ -81,16 +83,9 @@ def wasserstein2_1d(x, y) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------------ Hill
 def hill_k(n: int, phi: float) -> int:
-    """k = floor(phi N) of eq. 38 (App. J.1: phi = 0.1 at N = 16384 gives 1638, 0.01 at 65536 gives 655)."""
-    n = _positive_int(n, "n")
-    phi = float(phi)
-    if not 0.0 < phi < 1.0:
-        raise ValueError(f"phi={phi} must lie in (0, 1)")
-    # round() first so that e.g. phi * n = 28.999999999999996 for 0.29 * 100 floors to 29
-    k = math.floor(round(phi * n, 9))
-    if not 1 <= k < n:
-        raise ValueError(f"k = floor(phi N) = {k} for phi={phi}, N={n}; need 1 <= k < N")
-    return k
+    """k = floor(phi N) of eq. 38 (App. J.1: phi = 0.1 at N = 16384 gives 1638, 0.01 at 65536 gives 655): the
+    rule of :func:`heavytail.names.hill_k`, with ``n`` checked to be a positive integer."""
+    return names.hill_k(_positive_int(n, "n"), float(phi))
 
 
 def hill_k_from_seam(n: int, q0: float) -> int:
