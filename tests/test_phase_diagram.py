@@ -66,3 +66,13 @@ def test_the_static_claim_lists_where_the_measured_exponent_misses():
     static = next(f for f in P.findings([], rows) if f["id"] == "static-exponent-matches")
     assert static["verdict"] == C.NOT_REPRODUCED and "softmax at a = 4" in static["evidence"]
     assert "2^18" in static["scale"]
+
+
+def test_softmax_gap_at_every_regime_needs_every_regime():
+    grows = {("softmax", "paper"): True, ("log_elu", "paper"): False,
+             ("softmax", "light"): True, ("log_elu", "light"): False}
+    claim = next(f for f in P.findings(_map(grows)) if f["id"] == "softmax-gap-every-regime")
+    assert claim["verdict"] == C.REPRODUCED
+    flat = {**grows, ("softmax", "light"): False}
+    claim = next(f for f in P.findings(_map(flat)) if f["id"] == "softmax-gap-every-regime")
+    assert claim["verdict"] == C.NOT_REPRODUCED and "light: not reproduced" in claim["evidence"]

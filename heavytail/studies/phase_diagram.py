@@ -97,6 +97,7 @@ def findings(runs: Sequence[Mapping[str, Any]], static_rows: Sequence[Mapping[st
                              + cells_text) if rows else "", needs=needs,
                    decided_by={"notebook": "08_phase_diagram", "section": "The trained phase diagram",
                                "figures": ["phase_diagram"]}).to_dict()]
+    out.append(_softmax_everywhere(runs))
     if static_rows:
         miss = [r for r in static_rows if not r["holds"]]
         out.append(C.Claim(
@@ -111,6 +112,40 @@ def findings(runs: Sequence[Mapping[str, Any]], static_rows: Sequence[Mapping[st
             decided_by={"notebook": "08_phase_diagram", "section": "The static test",
                         "figures": ["static_exponents"]}).to_dict())
     return out
+
+
+def _softmax_everywhere(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """'Softmax's gap to log-ELU grows with N at every tail regime': per regime, the growth rule on the per-seed
+    slope of log(softmax ratio / log-ELU ratio) on log2 N; reproduced when every regime's is, not reproduced when
+    one is shown not to grow, undecided otherwise."""
+    by = cells(runs)
+    regimes = sorted({reg for _, reg in by})
+    decisions = {}
+    for reg in regimes:
+        soft, log = by.get(("softmax", reg), {}), by.get(("log_elu", reg), {})
+        paired = {s: {n: soft[s][n] - log[s][n] for n in soft[s] if n in log.get(s, {})} for s in soft if s in log}
+        decisions[reg] = C.growth_rule(list(C.per_seed_slopes(paired).values()))
+    verdicts = [d.verdict for d in decisions.values()]
+    if not decisions or all(v == C.NOT_RUN for v in verdicts):
+        verdict = C.NOT_RUN
+    elif any(v == C.NOT_REPRODUCED for v in verdicts):
+        verdict = C.NOT_REPRODUCED
+    elif all(v == C.REPRODUCED for v in verdicts):
+        verdict = C.REPRODUCED
+    else:
+        verdict = C.UNDECIDED
+    evidence = "; ".join(f"{reg}: {d.verdict}" + (f", x{C.fmt(math.exp(d.estimate.estimate))} per doubling "
+                                                  f"({C.fmt(math.exp(d.estimate.low))}-{C.fmt(math.exp(d.estimate.high))})"
+                                                  if d.estimate and d.estimate.n > 1 else "")
+                         for reg, d in decisions.items())
+    return C.Claim("softmax-gap-every-regime", "Softmax's gap to log-ELU grows with N at every tail regime",
+                   "App. A (beyond the paper)", "not tested in the paper", verdict,
+                   seeds=min((d.estimate.n for d in decisions.values() if d.estimate), default=0),
+                   scale=map_extent(runs) if runs else "", evidence=evidence,
+                   needs="" if verdict in (C.REPRODUCED, C.NOT_REPRODUCED) else
+                   "the phase map at >= 5 seeds in every regime (params/grid_phase.yaml)",
+                   decided_by={"notebook": "08_phase_diagram", "section": "The trained phase diagram",
+                               "figures": ["phase_curves"]}).to_dict()
 
 
 def _log2_max(rows: Sequence[Mapping[str, Any]]) -> str:
