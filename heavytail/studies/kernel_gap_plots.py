@@ -35,6 +35,17 @@ def _draw_cells(ax, cs, style: str, offset: float = 0.0, at: str = "common") -> 
                         mfc=color if style == "-" else "white", elinewidth=0.8, capsize=1.5, alpha=0.85, lw=0)
 
 
+def _cell_points(cs, centre: float):
+    """Per (variant, N) cell: (variant, cell, x positions of its seeds, colour, first N of the variant), the
+    variants side by side around each N so that their seeds do not overlap."""
+    for i, v in enumerate(G.variants(cs)):
+        first_n = min(m for w, m in cs if w == v)
+        for n in G.sizes(cs):
+            if (v, n) in cs:
+                c = cs[(v, n)]
+                yield v, c, n * 10 ** (_seed_offsets(len(c.runs)) + (i - centre) * 0.02), G.variant_color(v), n == first_n
+
+
 def _legend(fig, variants, sources) -> None:
     """One legend under both panels: colour = variant, line style = source, star = the paper."""
     from matplotlib.lines import Line2D
@@ -160,19 +171,11 @@ def growth_figure(runs: Sequence[Mapping], at: str = "common"):
 def collapse_figure(runs: Sequence[Mapping]):
     """Collapse as a graded outcome against N: (a) the share of evaluation trials whose output collapsed, at
     each run's training N; (b) the share of logged training steps whose batch collapsed. One point per seed."""
-    cs = G.cells(runs)
     fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(12, 3.8))
-    for i, v in enumerate(G.variants(cs)):
-        color = G.variant_color(v)
-        for n in G.sizes(cs):
-            if (v, n) not in cs:
-                continue
-            c = cs[(v, n)]
-            xs = n * 10 ** (_seed_offsets(len(c.runs)) + (i - 2) * 0.02)
-            first = n == min(m for w, m in cs if w == v)
-            ax_a.plot(xs, c.collapsed_fraction("train"), "o", color=color, ms=4, alpha=0.8,
-                      label=G.variant_name(v) if first else None)
-            ax_b.plot(xs, c.collapsed_steps(), "o", color=color, ms=4, alpha=0.8)
+    for v, c, xs, color, first in _cell_points(G.cells(runs), 2):
+        ax_a.plot(xs, c.collapsed_fraction("train"), "o", color=color, ms=4, alpha=0.8,
+                  label=G.variant_name(v) if first else None)
+        ax_b.plot(xs, c.collapsed_steps(), "o", color=color, ms=4, alpha=0.8)
     for ax in (ax_a, ax_b):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("training ensemble size N")
@@ -217,19 +220,11 @@ def long_figure(runs: Sequence[Mapping]):
 def numerics_figure(runs: Sequence[Mapping], title: str = ""):
     """(a) steps skipped for a non-finite gradient per run, (b) the largest block-0 |S| of eq. 1 seen in
     training, against N: what breaks a flash-style softmax backward (|S| ~ 1e8, see heavytail.science.attention)."""
-    cs = G.cells(runs)
     fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(12, 3.8))
-    for i, v in enumerate(G.variants(cs)):
-        color = G.variant_color(v)
-        for n in G.sizes(cs):
-            if (v, n) not in cs:
-                continue
-            c = cs[(v, n)]
-            xs = n * 10 ** (_seed_offsets(len(c.runs)) + (i - 1.5) * 0.02)
-            ax_a.plot(xs, c.skipped, "o", color=color, ms=4,
-                      label=G.variant_name(v) if n == min(m for w, m in cs if w == v) else None)
-            ax_b.plot(xs, [r["blocks"][0]["max_abs_score"] if r["blocks"] else math.nan for r in c.runs], "o",
-                      color=color, ms=4)
+    for v, c, xs, color, first in _cell_points(G.cells(runs), 1.5):
+        ax_a.plot(xs, c.skipped, "o", color=color, ms=4, label=G.variant_name(v) if first else None)
+        ax_b.plot(xs, [r["blocks"][0]["max_abs_score"] if r["blocks"] else math.nan for r in c.runs], "o",
+                  color=color, ms=4)
     ax_b.axhline(1e8, color="k", ls=":", lw=0.8)
     ax_b.annotate("|S| ~ 1e8: flash-style softmax gradients lose every digit", xy=(0.02, 1.4e8),
                   xycoords=("axes fraction", "data"), fontsize=7)
