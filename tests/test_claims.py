@@ -179,3 +179,12 @@ def test_claim_record_refuses_an_unknown_verdict_and_renders_its_scale():
     text = C.render(c)
     assert text.startswith("Reproduced") and "N in {256, 1024}" in text and "5 seeds" in text
     assert c.low > 1 and c.estimate == pytest.approx(math.exp(np.mean([0.4, 0.5, 0.45, 0.42, 0.48])))
+
+
+def test_tost_power_is_the_equivalence_rules_rate_when_there_is_no_difference():
+    # what notebook 07 prints as the seeds the numerics rule needs comes from tost_power; check it against the
+    # rule itself on simulated paired log ratios with no true difference
+    rng = np.random.default_rng(9)
+    for sd, n in ((0.11, 8), (0.18, 8)):
+        calls = [C.equivalence_rule(_paired(rng, 0.0, n, sd=sd)).reason.startswith("equivalent") for _ in range(M)]
+        assert C.tost_power(sd, n) == pytest.approx(np.mean(calls), abs=4 * math.sqrt(0.25 / M))
