@@ -24,9 +24,9 @@
 # streams as log-ELU, at several N and seeds.
 #
 # The claims are decided on the shipped **one-trial-per-step map**: every run of a seed sees the same task
-# instances at every N, so only the ensemble size differs. The rules (`heavytail.studies.claims`) were fixed
-# before it ran and are calibrated against nulls in `tests/test_claims.py`. This report's own runs (the
-# map's cheapest cells, fewer seeds) are cross-checked against it.
+# instances at every N, so only the ensemble size differs. The rules (`heavytail.studies.claims`) were
+# committed before any of its results were read, and are calibrated against nulls in `tests/test_claims.py`.
+# This report's own runs (the map's cheapest cells, fewer seeds) are cross-checked against it.
 
 # %% tags=["parameters"]
 grid_dir = "outputs/grid-gap-cpu"  # this report's own kernel-gap runs (params/grid_gap_cpu.yaml)

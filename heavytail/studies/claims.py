@@ -33,7 +33,7 @@ VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDECIDED, NOT_RUN)
 VERDICT_COLORS = {REPRODUCED: "#1a7f37", NOT_REPRODUCED: "#cf222e", UNDECIDED: "#9a6700", NOT_RUN: "#6e7781"}
 
 LEVEL = 0.95  # two-sided coverage of every interval a verdict reads
-# The smallest effects of practical size, fixed before the runs: a gap that grows by less than 10 % per
+# The smallest effects of practical size, fixed before any result was read: a gap that grows by less than 10 % per
 # doubling of N, a numerical difference within +-20 % of the median ratio (eq. 36).
 GROWTH_MARGIN = math.log(1.10)
 EQUIVALENCE_MARGIN = math.log(1.20)

@@ -1,6 +1,6 @@
 """The kernel-gap claims, decided by the calibrated rules of :mod:`heavytail.studies.claims`.
 
-Each claim names its rule, which was fixed before the one-trial-per-step map ran:
+Each claim names its rule, committed before any of the one-trial-per-step map's results were read:
 
 - *the gap grows with N*: per seed, the slope of log(softmax ratio / log-ELU ratio) on log2 N (runs of one
   seed saw the same task instances at every N), then the t interval over seeds (:func:`claims.growth_rule`);
