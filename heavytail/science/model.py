@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from heavytail import names
 from heavytail.names import NORMS
 from heavytail.science.attention import DEFAULT_TILE_ELEMENTS, attention_weights, kernel_attention, max_abs_score
+from heavytail.science.kernels import get_kernel
 from heavytail.science.transforms import symexp, symlog
 
 __all__ = ["ModelConfig", "MeasureTransformer", "count_parameters", "NORMS", "TABLE3_PARAMETERS"]
@@ -92,6 +93,7 @@ class KernelSelfAttention(nn.Module):
         self.k = nn.Linear(cfg.d_model, cfg.d_model)
         self.v = nn.Linear(cfg.d_model, cfg.d_model)
         self.o = nn.Linear(cfg.d_model, cfg.d_model)
+        self.kernel = get_kernel(cfg.kernel)  # resolved once: attention receives the Kernel, not its name
 
     def _heads(self, x: Tensor) -> Tensor:
         b, n, _ = x.shape
@@ -99,14 +101,14 @@ class KernelSelfAttention(nn.Module):
 
     def forward(self, x: Tensor, stats: dict | None = None) -> Tensor:
         q, k, v = self._heads(self.q(x)), self._heads(self.k(x)), self._heads(self.v(x))
-        out = kernel_attention(q, k, v, self.cfg.kernel, backend=self.cfg.backend, tile_elements=self.cfg.tile_elements)
+        out = kernel_attention(q, k, v, self.kernel, backend=self.cfg.backend, tile_elements=self.cfg.tile_elements)
         if stats is not None:
             # Outside autocast: under bf16 autocast the score matmul would drop back to bf16, a poor
             # diagnostic when heavy-tailed scores reach ~1e6 (the attention itself runs in float32).
             with torch.no_grad(), torch.autocast(device_type=q.device.type, enabled=False):
                 # Points are exchangeable (no positional encoding), so the first rows are as
                 # good a sample of query rows as any. (B, H, r, L); cheap: r x L, not N x L.
-                w = attention_weights(q[..., : self.cfg.stats_rows, :].float(), k.float(), self.cfg.kernel)
+                w = attention_weights(q[..., : self.cfg.stats_rows, :].float(), k.float(), self.kernel)
                 entropy = -(w * torch.log(w.clamp_min(torch.finfo(w.dtype).tiny))).sum(-1)
                 stats["attn_max_weight"] = w.amax(-1).mean()
                 stats["attn_entropy_ratio"] = (entropy / math.log(k.shape[-2])).mean() if k.shape[-2] > 1 else entropy.mean()
