@@ -53,7 +53,9 @@ def run_local(report: GridReport, todo: Todo, workers: int) -> None:
         try:
             remaining = set(futures)
             while remaining:
-                done, remaining = cf.wait(remaining, timeout=5, return_when=cf.FIRST_COMPLETED)
+                # Poll twice a second: a configuration shorter than the poll would never be seen running (the
+                # lock check below samples the run folders only when the loop wakes).
+                done, remaining = cf.wait(remaining, timeout=0.5, return_when=cf.FIRST_COMPLETED)
                 # The pool pre-queues an item per worker and calls it 'running' already; a configuration
                 # runs once its worker holds the run folder's lock.
                 started = [futures[f] for f in remaining if f.running() and futures[f].status == "pending"
@@ -66,7 +68,7 @@ def run_local(report: GridReport, todo: Todo, workers: int) -> None:
                     except Exception as exc:  # noqa: BLE001  a worker that died (killed, out of memory)
                         record = {"status": "failed", "error": f"worker process failed: {type(exc).__name__}: {exc}"}
                     report.finish(futures[future], record)
-                if started and not done:
+                if started:
                     report.write()
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
