@@ -88,6 +88,15 @@ def test_a_new_kernel_trains_evaluates_and_has_a_colour(new_kernel, tmp_path):
     assert res["config"]["kernel"] == new_kernel
     assert math.isfinite(res["energy"]["median"]["ratio"]) and len(res["energy"]["d"]) == 4
     assert any(key.startswith(f"{new_kernel} cpu") for key in res["runtime"]["evaluation"]["attention"])
+    # and the report's tables and figures that list runs by kernel take it: the kernel-gap table, the runs table
+    from heavytail.studies import kernel_gap, kernel_gap_plots, summary
+
+    summ = kernel_gap.run_summary(run)
+    table = kernel_gap.table(kernel_gap.cells([summ]))
+    assert [row["variant"] for row in table["rows"]] == [new_kernel]
+    assert kernel_gap.variant_color(kernel_gap.variant(summ["config"])) == "tab:pink"
+    assert new_kernel in summary.runs_table(summary.collect_runs(tmp_path).runs)["rows"][0]["run"]
+    kernel_gap_plots.gap_figure([summ])  # draws without a paper value for it
 
 
 def test_backends_norms_and_tasks_are_the_names_modules_own():
