@@ -35,7 +35,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 MMAP_THRESHOLD = "131072"
 TIMING_METHOD = ("glibc default allocator (as training), variants interleaved one call each per round; ratio = "
-                 "median over rounds of (variant / baseline) within the round")
+                 "median over rounds of (variant / baseline) wall time within the round; cpu_ratio: the same for the "
+                 "process's CPU time (all threads), which a neighbour taking the core away does not inflate")
 MEMORY_METHOD = ("fresh process per point with MALLOC_MMAP_THRESHOLD_=131072, after one warm-up call (compiles "
                  "included): VmHWM - VmRSS before the measured call (peak reset via /proc/self/clear_refs), MiB")
 
@@ -75,33 +76,37 @@ def set_threads(threads: int | None) -> int:
     return torch.get_num_threads()
 
 
-def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 2) -> dict[str, list[float]]:
-    """Seconds per call of each function, ``rounds`` calls each, the functions taking turns call by call after
-    ``warmup`` untimed calls each (compiles, allocator)."""
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 2) -> dict[str, dict[str, list[float]]]:
+    """Wall and CPU seconds per call of each function (``{"wall": [...], "cpu": [...]}``), ``rounds`` calls each,
+    the functions taking turns call by call after ``warmup`` untimed calls each (compiles, allocator)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
+    times: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []} for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             fn()
-            times[name].append(time.perf_counter() - t0)
+            times[name]["wall"].append(time.perf_counter() - t0)
+            times[name]["cpu"].append(time.process_time() - c0)
     return times
 
 
-def summarize(times: dict[str, list[float]], baseline: str) -> dict[str, dict[str, float]]:
-    """Per variant: median and minimum seconds, and its ratio to ``baseline`` (the median over rounds of the
-    ratio within each round, and the ratio of the minima)."""
+def summarize(times: dict[str, dict[str, list[float]]], baseline: str) -> dict[str, dict[str, float]]:
+    """Per variant: median and minimum wall seconds, and its ratio to ``baseline`` (the median over rounds of the
+    ratio within each round, and the ratio of the minima); the median CPU seconds and CPU-time ratio likewise."""
     base = times[baseline]
     out = {}
     for name, ts in times.items():
+        wall, cpu = ts["wall"], ts["cpu"]
         out[name] = {
-            "median_s": statistics.median(ts),
-            "min_s": min(ts),
-            "ratio": statistics.median(t / b for t, b in zip(ts, base)),
-            "ratio_of_min": min(ts) / min(base),
-            "rounds": len(ts),
+            "median_s": statistics.median(wall),
+            "min_s": min(wall),
+            "ratio": statistics.median(t / b for t, b in zip(wall, base["wall"])),
+            "ratio_of_min": min(wall) / min(base["wall"]),
+            "cpu_median_s": statistics.median(cpu),
+            "cpu_ratio": statistics.median(t / b for t, b in zip(cpu, base["cpu"])),
+            "rounds": len(wall),
         }
     return out
 

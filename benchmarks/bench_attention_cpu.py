@@ -110,14 +110,14 @@ def memory_point(n: int, d: int, variant: str, threads: int) -> dict:
 def _table(time_rows: list[dict], memory_rows: list[dict]) -> str:
     mem = {(r["n"], r["d"], r["variant"], r["threads"]): r.get("extra_mib") for r in memory_rows}
     lines = [f"{'thr':>3} {'N':>6} {'d':>4} {'variant':<24} {'median s':>9} {'x sdpa':>7} {'x sdpa(min)':>11} "
-             f"{'extra MiB':>9} {'x sdpa':>7}"]
+             f"{'x sdpa(cpu)':>11} {'extra MiB':>9} {'x sdpa':>7}"]
     for r in time_rows:
         key = (r["n"], r["d"], r["variant"], r["threads"])
         m, mb = mem.get(key), mem.get((r["n"], r["d"], BASELINE, r["threads"]))
         mcell = f"{m:9.1f}" if m is not None else f"{'-':>9}"
         mratio = f"{m / mb:7.2f}" if m is not None and mb else f"{'-':>7}"
         lines.append(f"{r['threads']:>3} {r['n']:>6} {r['d']:>4} {r['variant']:<24} {r['median_s']:9.4f} "
-                     f"{r['ratio']:7.2f} {r['ratio_of_min']:11.2f} {mcell} {mratio}")
+                     f"{r['ratio']:7.2f} {r['ratio_of_min']:11.2f} {r['cpu_ratio']:11.2f} {mcell} {mratio}")
     return "\n".join(lines)
 
 

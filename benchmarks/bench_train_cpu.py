@@ -109,12 +109,13 @@ def memory_point(n: int, kernel: str, threads: int, overrides: dict) -> dict:
 
 def _table(rows: list[dict], memory: list[dict]) -> str:
     mem = {(r["n"], r["kernel"], r["threads"]): r.get("extra_mib") for r in memory}
-    lines = [f"{'thr':>3} {'N':>6} {'kernel':<12} {'step s':>8} {'x softmax':>9} {'attn s':>8} {'x softmax':>9} "
-             f"{'attn share':>10} {'step MiB':>9}"]
+    lines = [f"{'thr':>3} {'N':>6} {'kernel':<12} {'step s':>8} {'x softmax':>9} {'(cpu)':>6} {'attn s':>8} "
+             f"{'x softmax':>9} {'(cpu)':>6} {'attn share':>10} {'step MiB':>9}"]
     for r in rows:
         m = mem.get((r["n"], r["kernel"], r["threads"]))
-        lines.append(f"{r['threads']:>3} {r['n']:>6} {r['kernel']:<12} {r['step']['median_s']:8.3f} "
-                     f"{r['step']['ratio']:9.2f} {r['attention']['median_s']:8.4f} {r['attention']['ratio']:9.2f} "
+        st, at = r["step"], r["attention"]
+        lines.append(f"{r['threads']:>3} {r['n']:>6} {r['kernel']:<12} {st['median_s']:8.3f} {st['ratio']:9.2f} "
+                     f"{st['cpu_ratio']:6.2f} {at['median_s']:8.4f} {at['ratio']:9.2f} {at['cpu_ratio']:6.2f} "
                      f"{r['attention_share']:10.2f} " + (f"{m:9.1f}" if m is not None else f"{'-':>9}"))
     return "\n".join(lines)
 
