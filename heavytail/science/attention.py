@@ -16,11 +16,12 @@ Backends (``BACKENDS``), all for non-causal ``(B, H, N, d)`` queries and ``(B, H
   elements, each recomputed in backward by activation checkpointing. Memory linear in N.
 - ``"flash"``: a flash-style ``torch.autograd.Function`` written here because no CPU library
   kernel takes a custom score map with a backward (``flex_attention`` has no CPU backward in
-  torch 2.13). Query tiles x key blocks with online rescaling to the running row maximum in
-  forward; only the output and three numbers per query row are stored, and backward recomputes
-  the scores block by block with the hand-written derivative ``Kernel.dlog_g``. When one tile
-  holds all N x L scores, the weights are kept instead (at most ``tile_elements`` of them) and
-  backward recomputes nothing. Memory linear in N. It lives in :mod:`heavytail.science.flash_attention`.
+  torch 2.13). Query tiles of whole key rows (key blocks with online rescaling to the running row
+  maximum when a row does not fit), at most ``min(tile_elements, FLASH_TILE_ELEMENTS)`` scores, sized
+  for a CPU core's L2, each tile's pass one compiled graph; only the output and three numbers per
+  query row are stored, and backward recomputes the scores tile by tile with the hand-written
+  derivative ``Kernel.dlog_g``. When one tile holds all N x L scores, the weights are kept instead
+  and backward recomputes nothing. Memory linear in N. It lives in :mod:`heavytail.science.flash_attention`.
 - ``"flex"``: ``torch.nn.attention.flex_attention`` (compiled) with ``score_mod = log g`` (the
   score it receives is already scaled by 1/sqrt(d)) and an all-True block mask of 128-blocks
   (without one, CPU flex treats the sequence as one block: +1 GiB per thread at N = 16384). On
@@ -375,10 +376,11 @@ def kernel_attention(
         v: values ``(B, H, L, d_v)``.
         kernel: a name from ``heavytail.names.kernel_names()`` or a ``Kernel``.
         backend: one of ``BACKENDS``.
-        tile_elements: score elements per tile for ``"tiled"`` and ``"flash"``.
-        compiled: use ``torch.compile`` inside ``"flash"`` (its fused elementwise blocks) or
+        tile_elements: score elements per tile for ``"tiled"``, and at most that many for ``"flash"`` (whose
+            tiles are also capped at ``flash_attention.FLASH_TILE_ELEMENTS``, sized for the CPU cache).
+        compiled: use ``torch.compile`` inside ``"flash"`` (one graph per pass over a tile) or
             ``"tiled"`` (each tile, as the paper did on GPU). ``None``: flash compiled, tiled eager.
-            The first call per kernel, dtype and head dim pays the compile (seconds on CPU).
+            The first call per kernel, dtype and tile shape pays the compile (seconds on CPU).
 
     Returns:
         ``(B, H, N, d_v)`` in the dtype of ``q``.

@@ -1,10 +1,23 @@
-"""The flash-style backend of eq. 7 for any kernel g: a hand-written forward and backward over tiles.
+"""The flash-style backend of eq. 7 for any kernel g: a hand-written forward and backward over cache-sized tiles.
 
 Forward: per query tile, the scores S (eq. 1), the row maximum m and the unnormalized weights g(S)/g(m)
-(:attr:`heavytail.science.kernels.Kernel.g_ratio`, one transcendental per score), accumulated over key
-blocks with online rescaling when a row does not fit one block. Backward: recomputes S per tile and uses
-d log g (:attr:`Kernel.dlog_g`), keeping only per-row statistics between the passes, so memory stays
-O(tile) instead of O(N x L). :mod:`heavytail.science.attention` dispatches to :func:`flash`.
+(:attr:`heavytail.science.kernels.Kernel.g_ratio`, one transcendental per score since g is increasing), their
+row sum and product with the values; a row that does not fit one tile is split into key blocks accumulated with
+online rescaling. Backward recomputes S per tile and uses d log g (:attr:`Kernel.dlog_g`):
+
+    A = g(S) / sum g,   dV = A^T dO,   dS = A (dO V^T - D) (log g)'(S) / sqrt(d),   D = rowsum(dO * O),
+    dQ = dS K,   dK = dS^T Q.
+
+Only per-row statistics (log g(m), the kernel's ``ratio_row``, 1 / sum) are kept between the passes, so memory
+is O(tile) instead of O(N x L); when one tile holds the whole score matrix the weights are kept instead and
+backward recomputes nothing. :mod:`heavytail.science.attention` dispatches to :func:`flash`.
+
+Each pass over one tile is one ``torch.compile`` graph (inductor, C++ on CPU): the score matmul(s), the kernel's
+elementwise chain with its row reductions, and the matmuls that consume the tile, so a tile is read while it is
+still in cache, and one Python call dispatches it. Tiles are ``FLASH_TILE_ELEMENTS`` scores at most (sized for a
+CPU core's L2, see the measurement there), every query tile of a call has the same shape (the last one overlaps
+the previous instead of being shorter), and each tile shape gets its own static graph, whose call costs half
+what a dynamic-shape graph's does.
 """
 
 from __future__ import annotations
@@ -18,160 +31,230 @@ from torch import Tensor
 
 from heavytail.science.kernels import Kernel
 
-def _flash_blocks(q: Tensor, k: Tensor, tile_elements: int) -> tuple[int, int]:
-    """Query-tile and key-block lengths with ``batch * bq * bk <= tile_elements``.
-
-    Whole key rows are preferred (one pass, no online rescaling); keys are split only when that
-    would leave fewer than 64 query rows per tile.
-    """
-    batch = math.prod(q.shape[:-2])
-    n, l = q.shape[-2], k.shape[-2]
-    per_batch = max(1, tile_elements // max(1, batch))
-    if per_batch // l >= min(64, n):
-        return min(n, per_batch // l), l
-    bq = min(n, 64)
-    return bq, max(1, min(l, per_batch // bq))
+# Scores per tile, summed over the batch. Measured on a 2-core Xeon (2 MiB L2 per core, shared with other jobs),
+# forward+backward CPU time against SDPA softmax in the same process, kernels interleaved, one thread, (1, 1, N, 32):
+# 2^17 / 2^18 / 2^19 scores gave squared ELU 2.52x / 1.86x / 2.20x and log ELU 3.01x / 2.56x / 2.36x SDPA at
+# N = 4096, and at N = 16384 2^18 with 64-row tiles 2.08x against 2.20x for 2^19 (squared ELU). Smaller tiles pay
+# one graph call per tile (~50-100 us of dispatch, ~0.5 ns per score at 2^17); larger ones leave L2 (a backward
+# tile holds S, dP and then A and dS: 3 x 1 MiB at 2^18). The tiles also bound the extra memory: at 2^18 it is
+# within 4x of SDPA's from N = 1024 on (SDPA adds 1.5 MiB there).
+FLASH_TILE_ELEMENTS = 2**18
+# Fewest query rows per tile before keys are split instead: dV += A^T dO and dK += dS^T Q have inner dimension
+# equal to the tile's rows, and below 64 rows their matmuls slow down more than online rescaling costs.
+MIN_ROWS = 64
+# Tile shapes per kernel, head dim and pass that get their own static graph; further shapes share a dynamic one.
+STATIC_SHAPES = 4
 
 
 def fresh_code(fn):
     """A copy of ``fn`` with its own code object.
 
-    Dynamo keeps its compile cache and recompile limit per code object; giving each kernel its
-    own copy stops four kernels x dtypes from exhausting one shared limit (and silently falling
-    back to eager).
+    Dynamo keeps its compile cache and recompile limit per code object; giving each kernel (and here each tile
+    shape) its own copy stops them from exhausting one shared limit (and silently falling back to eager).
     """
     return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
-@functools.lru_cache(maxsize=None)
-def _block_fns(kernel: Kernel, scale: float, compiled: bool):
-    """Elementwise chains of the flash backend for one kernel, fused by ``torch.compile``.
+def _flash_blocks(batch: int, n: int, l: int, tile_elements: int) -> tuple[int, int]:
+    """Query-tile and key-block lengths with ``batch * bq * bk <= tile_elements``.
 
-    Each takes the raw ``q k^T`` block ``s`` ``(..., n, l)`` and per-row terms of the row's largest
-    scaled score ``m`` ``(..., n, 1)``: ``log_gm = log g(m)`` and ``row = Kernel.ratio_row``. The
-    weights are ``g(S) / g(m)`` (``Kernel.g_ratio``: at most one transcendental function per score,
-    since ``g`` is increasing) rather than ``exp(log g(S) - max log g)`` (three). Eager, the CPU
-    spends its time in ~20 separate passes over each score tile (the where/log1p chain of log g and
-    its derivative), which inductor fuses into one.
+    Whole key rows are preferred (one pass, no online rescaling); keys are split only when that would leave
+    fewer than ``MIN_ROWS`` query rows per tile.
     """
+    per_batch = max(1, tile_elements // max(1, batch))
+    if per_batch // l >= min(MIN_ROWS, n):
+        return min(n, per_batch // l), l
+    bq = min(n, MIN_ROWS)
+    return bq, max(1, min(l, per_batch // bq))
 
-    def fwd(s, log_gm, row):
-        # Unnormalized weights g(S)/g(m) of eq. 7 and their row sum.
+
+def _tiles(n: int, b: int) -> list[tuple[int, int]]:
+    """``(start, skip)`` of tiles of exactly ``b`` rows covering ``range(n)``: when ``b`` does not divide ``n`` the
+    last tile overlaps the one before by ``skip`` rows, so that every tile has one shape (one compiled graph)."""
+    starts = list(range(0, n - b + 1, b))
+    if starts[-1] + b < n:
+        starts.append(n - b)
+    return [(s, 0 if t == 0 else starts[t - 1] + b - s) for t, s in enumerate(starts)]
+
+
+def _passes(kernel: Kernel, scale: float) -> dict:
+    """The per-tile passes for one kernel, on ``(B, rows, d)`` tensors; ``s`` is the raw ``q k^T`` tile and
+    ``scale = 1 / sqrt(d)`` (eq. 1). Row terms are ``(B, rows, 1)``."""
+
+    def row_terms(s):
+        # g is increasing, so the row maximum of log g(S) is log g of the row's largest score.
+        m = s.amax(dim=-1, keepdim=True) * scale
+        log_gm = kernel.log_g(m)
+        return m, log_gm, kernel.ratio_row(m, log_gm)
+
+    def fwd_rows(q, k, v):
+        # Whole key rows: O = (g(S)/g(m)) V / sum_l g(S_l)/g(m) (eq. 7), and the row terms backward needs
+        # (log g(m), ratio_row, 1/sum) packed as (B, rows, 3).
+        s = torch.bmm(q, k.transpose(1, 2))
+        _, log_gm, row = row_terms(s)
         p = kernel.g_ratio(s * scale, log_gm, row)
-        return p, p.sum(dim=-1, keepdim=True)
+        den = p.sum(dim=-1, keepdim=True)
+        return torch.bmm(p, v) / den, torch.cat([log_gm, row, den.reciprocal()], dim=-1)
 
-    def fwd_keep(s, log_gm, row):
-        # One tile holds the whole score matrix: A_g(S) itself and the derivative factor
-        # (log g)'(S) / sqrt(d) that backward needs, so that backward recomputes nothing.
+    def fwd_keep(q, k, v):
+        # One tile holds the whole score matrix: A_g(S) and the derivative factor (log g)'(S) / sqrt(d) are kept.
+        s = torch.bmm(q, k.transpose(1, 2))
+        _, log_gm, row = row_terms(s)
         ss = s * scale
         p = kernel.g_ratio(ss, log_gm, row)
-        return p / p.sum(dim=-1, keepdim=True), kernel.dlog_g(ss) * scale
+        p = p / p.sum(dim=-1, keepdim=True)
+        return torch.bmm(p, v), p, kernel.dlog_g(ss) * scale
 
-    def bwd(s, log_gm, row, inv_den, dp, delta):
-        # A_g(S) recomputed from the stored row terms; dS = A (dP - D) (log g)'(S) / sqrt(d).
+    def fwd_block0(q, k, v):
+        # The first key block of a split row: its own maximum, weights, sum and weighted values.
+        s = torch.bmm(q, k.transpose(1, 2))
+        m, log_gm, row = row_terms(s)
+        p = kernel.g_ratio(s * scale, log_gm, row)
+        return m, log_gm, row, torch.bmm(p, v), p.sum(dim=-1, keepdim=True)
+
+    def fwd_block(q, k, v, m_run, log_run, row_run, acc, den):
+        # A further key block: rescale both sums to the larger maximum, g(m_old)/g(m_new) = e^{log g - log g}.
+        m, log_gm, row, pv, ssum = fwd_block0(q, k, v)
+        log_new = torch.maximum(log_run, log_gm)
+        c_old, c_blk = torch.exp(log_run - log_new), torch.exp(log_gm - log_new)
+        newer = m > m_run
+        return (torch.where(newer, m, m_run), log_new, torch.where(newer, row, row_run),
+                acc * c_old + pv * c_blk, den * c_old + ssum * c_blk)
+
+    def weights_and_ds(q, k, v, do, rows):
+        # rows (B, rows, 4): log g(m), ratio_row, 1/sum and D = rowsum(dO * O), the softmax-Jacobian row term.
+        log_gm, row, inv_den, delta = rows[..., 0:1], rows[..., 1:2], rows[..., 2:3], rows[..., 3:4]
+        s = torch.bmm(q, k.transpose(1, 2))
+        dp = torch.bmm(do, v.transpose(1, 2))
         ss = s * scale
         p = kernel.g_ratio(ss, log_gm, row) * inv_den
         return p, p * (dp - delta) * kernel.dlog_g(ss) * scale
 
-    def bwd_kept(p, w, dp, delta):
-        return p * (dp - delta) * w
+    def bwd_rows(q, k, v, do, rows):
+        # Whole key rows: this tile's dQ is complete (dS K over every key).
+        p, ds = weights_and_ds(q, k, v, do, rows)
+        return p, ds, torch.bmm(ds, k)
 
+    def bwd_keep(q, k, v, do, out, p, w):
+        delta = (do * out).sum(dim=-1, keepdim=True)
+        ds = p * (torch.bmm(do, v.transpose(1, 2)) - delta) * w
+        return torch.bmm(ds, k), torch.bmm(ds.transpose(1, 2), q), torch.bmm(p.transpose(1, 2), do)
+
+    return {"fwd_rows": fwd_rows, "fwd_keep": fwd_keep, "fwd_block0": fwd_block0, "fwd_block": fwd_block,
+            "bwd_block": weights_and_ds, "bwd_rows": bwd_rows, "bwd_keep": bwd_keep}
+
+
+@functools.lru_cache(maxsize=None)
+def _eager(kernel: Kernel, scale: float) -> dict:
+    return _passes(kernel, scale)
+
+
+# (kernel, scale, pass) -> {tile shapes and dtypes: compiled pass}, and the dynamic graph shared beyond STATIC_SHAPES.
+_STATIC: dict[tuple, dict[tuple, object]] = {}
+_DYNAMIC: dict[tuple, object] = {}
+
+
+def _pass(kernel: Kernel, scale: float, compiled: bool, name: str, *tensors: Tensor):
+    """The pass ``name`` for tensors shaped like ``tensors``: eager, or its compiled graph (static per tile shape:
+    a call of a static graph costs ~50 us against ~100 us for a dynamic one, measured with 8 inputs)."""
     if not compiled:
-        return fwd, fwd_keep, bwd, bwd_kept
-    return tuple(torch.compile(fresh_code(f), dynamic=True) for f in (fwd, fwd_keep, bwd, bwd_kept))
-
-
-def _row_terms(kernel: Kernel, s: Tensor, scale: float) -> tuple[Tensor, Tensor, Tensor]:
-    """Row maximum of the scaled scores of a raw ``q k^T`` block, ``(..., n, l) -> (..., n, 1)``, with
-    ``log g`` of it and the kernel's ``ratio_row``: per-row work, kept out of the fused per-score chain."""
-    m = s.amax(dim=-1, keepdim=True) * scale
-    log_gm = kernel.log_g(m)
-    return m, log_gm, kernel.ratio_row(m, log_gm)
+        return _eager(kernel, scale)[name]
+    key = (kernel, scale, name)
+    shapes = tuple((tuple(t.shape), t.dtype) for t in tensors)
+    graphs = _STATIC.setdefault(key, {})
+    fn = graphs.get(shapes)
+    if fn is None:
+        if len(graphs) >= STATIC_SHAPES:
+            if key not in _DYNAMIC:
+                _DYNAMIC[key] = torch.compile(fresh_code(_eager(kernel, scale)[name]), dynamic=True)
+            return _DYNAMIC[key]
+        fn = graphs[shapes] = torch.compile(fresh_code(_eager(kernel, scale)[name]), dynamic=False)
+    return fn
 
 
 class _FlashKernelAttention(torch.autograd.Function):
-    """Flash-style eq. 7 (see module docstring, backend ``"flash"``).
+    """Flash-style eq. 7 on ``(B, N, d)`` views (see the module docstring).
 
-    Stored for backward: the output and, per query row, ``log g`` of the largest score with the
-    kernel's row term and the reciprocal row sum of ``g(S)/g(m)``. When one tile holds the whole
-    score matrix (``bq == N``, ``bk == L``: at most ``tile_elements`` scores), the normalized weights
-    and the derivative factor are kept instead, so backward is three matmuls and one fused product.
+    Stored for backward: the output and, per query row, ``log g`` of the largest score, the kernel's row term and
+    the reciprocal row sum of ``g(S)/g(m)`` (``(B, N, 3)``; backward appends D as a fourth column). When one
+    tile holds the whole score matrix (``bq == N``, ``bk == L``), the normalized weights and the derivative factor
+    are kept instead, so backward is one graph of four matmuls and one fused product.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, kernel: Kernel, bq: int, bk: int, compiled: bool):  # noqa: D401
+        n, l = q.shape[1], k.shape[1]
         scale = q.shape[-1] ** -0.5
-        fwd, fwd_keep, _, _ = _block_fns(kernel, scale, compiled)
-        n, l = q.shape[-2], k.shape[-2]
         ctx.kernel, ctx.bq, ctx.bk, ctx.compiled = kernel, bq, bk, compiled
         ctx.kept = bq >= n and bk >= l and any(ctx.needs_input_grad[:3])
         if ctx.kept:
-            s = q @ k.transpose(-1, -2)
-            _, log_gm, row = _row_terms(kernel, s, scale)
-            p, w = fwd_keep(s, log_gm, row)
-            out = p @ v
+            out, p, w = _pass(kernel, scale, compiled, "fwd_keep", q, k, v)(q, k, v)
             ctx.save_for_backward(q, k, v, out, p, w)
             return out
-        out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
-        log_gm_all = torch.empty(q.shape[:-1] + (1,), dtype=q.dtype, device=q.device)
-        row_all, inv_den_all = torch.empty_like(log_gm_all), torch.empty_like(log_gm_all)
-        for i in range(0, n, bq):
-            qi = q[..., i : i + bq, :]
-            m = log_gm = row = acc = den = None
-            for j in range(0, l, bk):
-                s = qi @ k[..., j : j + bk, :].transpose(-1, -2)
-                m_blk, log_gm_blk, row_blk = _row_terms(kernel, s, scale)
-                p, sum_blk = fwd(s, log_gm_blk, row_blk)
-                pv = p @ v[..., j : j + bk, :]
-                if m is None:
-                    m, log_gm, row, acc, den = m_blk, log_gm_blk, row_blk, pv, sum_blk
-                    continue
-                # Online rescaling to the new running row maximum: g(m_old)/g(m_new) = e^{log g - log g}.
-                log_new = torch.maximum(log_gm, log_gm_blk)
-                c_old, c_blk = torch.exp(log_gm - log_new), torch.exp(log_gm_blk - log_new)
-                acc = acc * c_old + pv * c_blk
-                den = den * c_old + sum_blk * c_blk
-                newer = m_blk > m
-                m, log_gm, row = torch.where(newer, m_blk, m), log_new, torch.where(newer, row_blk, row)
-            out[..., i : i + bq, :] = acc / den
-            log_gm_all[..., i : i + bq, :] = log_gm
-            row_all[..., i : i + bq, :] = row
-            inv_den_all[..., i : i + bq, :] = den.reciprocal()
-        ctx.save_for_backward(q, k, v, out, log_gm_all, row_all, inv_den_all)
+        b = q.shape[0]
+        out = q.new_empty(b, n, v.shape[-1])
+        rows = q.new_empty(b, n, 3)
+        tiles = _tiles(n, bq)
+        if bk >= l:
+            fwd = _pass(kernel, scale, compiled, "fwd_rows", q[:, :bq], k, v)
+            for i, _ in tiles:  # an overlapping last tile recomputes rows already written, to the same values
+                out[:, i : i + bq], rows[:, i : i + bq] = fwd(q[:, i : i + bq], k, v)
+        else:
+            for i, _ in tiles:
+                qi = q[:, i : i + bq]
+                state = _pass(kernel, scale, compiled, "fwd_block0", qi, k[:, :bk], v[:, :bk])(qi, k[:, :bk], v[:, :bk])
+                for j in range(bk, l, bk):
+                    kj, vj = k[:, j : j + bk], v[:, j : j + bk]
+                    state = _pass(kernel, scale, compiled, "fwd_block", qi, kj, vj, *state)(qi, kj, vj, *state)
+                _, log_gm, row, acc, den = state
+                out[:, i : i + bq] = acc / den
+                rows[:, i : i + bq] = torch.cat([log_gm, row, den.reciprocal()], dim=-1)
+        ctx.save_for_backward(q, k, v, out, rows)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        dout = dout.contiguous()
-        _, _, bwd, bwd_kept = _block_fns(ctx.kernel, ctx.saved_tensors[0].shape[-1] ** -0.5, ctx.compiled)
+        kernel, compiled, bq, bk = ctx.kernel, ctx.compiled, ctx.bq, ctx.bk
+        do = dout.contiguous()
         if ctx.kept:
             q, k, v, out, p, w = ctx.saved_tensors
-            # D_i = sum_j P_ij dP_ij = <dO_i, O_i>: the softmax-Jacobian row term.
-            delta = (dout * out).sum(dim=-1, keepdim=True)
-            ds = bwd_kept(p, w, dout @ v.transpose(-1, -2), delta)
-            return ds @ k, ds.transpose(-1, -2) @ q, p.transpose(-1, -2) @ dout, None, None, None, None
-        q, k, v, out, log_gm_all, row_all, inv_den_all = ctx.saved_tensors
-        bq, bk = ctx.bq, ctx.bk
-        n, l = q.shape[-2], k.shape[-2]
-        dq = torch.zeros_like(q)
-        dk = torch.zeros_like(k)
-        dv = torch.zeros_like(v)
-        for i in range(0, n, bq):
-            qi = q[..., i : i + bq, :]
-            doi = dout[..., i : i + bq, :]
-            delta = (doi * out[..., i : i + bq, :]).sum(dim=-1, keepdim=True)
-            rows = (log_gm_all[..., i : i + bq, :], row_all[..., i : i + bq, :], inv_den_all[..., i : i + bq, :])
+            scale = q.shape[-1] ** -0.5
+            return (*_pass(kernel, scale, compiled, "bwd_keep", q, k, v, do, out, p, w)(q, k, v, do, out, p, w),
+                    None, None, None, None)
+        q, k, v, out, rows = ctx.saved_tensors
+        scale = q.shape[-1] ** -0.5
+        n, l = q.shape[1], k.shape[1]
+        rows = torch.cat([rows, (do * out).sum(dim=-1, keepdim=True)], dim=-1)  # (B, N, 4), D last
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        whole = bk >= l
+        for i, skip in _tiles(n, bq):
+            qi, doi, ri = q[:, i : i + bq], do[:, i : i + bq], rows[:, i : i + bq]
+            if skip:
+                # Rows the previous tile already did: dO = 0 there (so dP = D = 0 and dS = 0) adds nothing twice.
+                doi, ri = doi.clone(), ri.clone()
+                doi[:, :skip] = 0
+                ri[:, :skip, 3] = 0
+            if whole:
+                p, ds, dqi = _pass(kernel, scale, compiled, "bwd_rows", qi, k, v, doi, ri)(qi, k, v, doi, ri)
+                dq[:, i + skip : i + bq] = dqi[:, skip:]
+                dv.baddbmm_(p.transpose(1, 2), doi)
+                dk.baddbmm_(ds.transpose(1, 2), qi)
+                continue
             for j in range(0, l, bk):
-                kj, vj = k[..., j : j + bk, :], v[..., j : j + bk, :]
-                p, ds = bwd(qi @ kj.transpose(-1, -2), *rows, doi @ vj.transpose(-1, -2), delta)
-                dv[..., j : j + bk, :] += p.transpose(-1, -2) @ doi
-                dq[..., i : i + bq, :] += ds @ kj
-                dk[..., j : j + bk, :] += ds.transpose(-1, -2) @ qi
+                kj, vj = k[:, j : j + bk], v[:, j : j + bk]
+                p, ds = _pass(kernel, scale, compiled, "bwd_block", qi, kj, vj, doi, ri)(qi, kj, vj, doi, ri)
+                dv[:, j : j + bk].baddbmm_(p.transpose(1, 2), doi)
+                dk[:, j : j + bk].baddbmm_(ds.transpose(1, 2), qi)
+                dq[:, i : i + bq].baddbmm_(ds, kj)
         return dq, dk, dv, None, None, None, None
 
 
 def flash(q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_elements: int, compiled: bool) -> Tensor:
-    bq, bk = _flash_blocks(q, k, tile_elements)
-    return _FlashKernelAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), kernel, bq, bk, compiled)
-
-
+    """Eq. 7 with the flash-style backward: ``(..., N, d), (..., L, d), (..., L, d_v) -> (..., N, d_v)``; tiles hold
+    at most ``min(tile_elements, FLASH_TILE_ELEMENTS)`` scores."""
+    n, l, dv = q.shape[-2], k.shape[-2], v.shape[-1]
+    lead = q.shape[:-2]
+    batch = math.prod(lead)
+    bq, bk = _flash_blocks(batch, n, l, min(tile_elements, FLASH_TILE_ELEMENTS))
+    q3, k3, v3 = (t.contiguous().reshape(batch, -1, t.shape[-1]) for t in (q, k, v))
+    return _FlashKernelAttention.apply(q3, k3, v3, kernel, bq, bk, compiled).reshape(*lead, n, dv)
