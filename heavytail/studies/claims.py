@@ -298,7 +298,7 @@ def make_claim(id: str, claim: str, source: str, paper: str, decision: Decision,
     needs = decision.reason if decision.verdict in (UNDECIDED, NOT_RUN) else ""
     detail = decision.reason if decision.verdict in (REPRODUCED, NOT_REPRODUCED) and decision.reason else ""
     return Claim(id, claim, source, paper, decision.verdict, statistic, *vals, seeds=0 if est is None else est.n,
-                 scale=scale, evidence=evidence + (f" ({detail})" if detail else ""), needs=needs,
+                 scale=scale, evidence=(f"Rule: {detail}. " if detail else "") + evidence, needs=needs,
                  decided_by=dict(decided_by))
 
 

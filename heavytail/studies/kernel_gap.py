@@ -296,7 +296,8 @@ def map_extent(runs: Sequence[Mapping[str, Any]]) -> str:
     seeds = sorted({r["config"]["seed"] for r in runs})
     tps = span(runs, "trials_per_step")
     at_train = any(r.get("at_train_n") for r in runs)
-    return (f"training N in {span(runs, 'n_points')}, {tps} trial{'s' if tps != '1' else ''} per step, "
+    ns = span(runs, "n_points")
+    return (f"training N {'in' if ns.startswith('{') else '='} {ns}, {tps} trial{'s' if tps != '1' else ''} per step, "
             f"{span(runs, 'steps')} steps, lr {span(runs, 'lr')}, D = {span(runs, 'd_model')}, "
             f"{span(runs, 'n_blocks')} {span(runs, 'norm')}-norm blocks, {span(runs, 'benchmark')} on "
             f"{span(runs, 'marginals')}, precision {span(runs, 'precision')}, evaluated at N = "

@@ -125,7 +125,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         "Softmax's gap is (partly) numerical: softmax through SDPA ends above softmax through exact float32 attention",
         "Sec. 5, App. E.4", "not tested: the paper trained softmax only through FlashAttention (bf16)", d,
         "SDPA/exact ratio", map_extent(used) if used else "",
-        f"steps skipped (non-finite gradient), all seeds: {skipped}" + (f"; at other N: {others}" if others else ""),
+        f"Steps skipped (non-finite gradient), all seeds: {skipped}" + (f"; at other N: {others}" if others else ""),
         _decided_by("numerics"),
         transform=math.exp).to_dict())
 
