@@ -110,3 +110,27 @@ def test_the_model_states_no_default_that_a_run_states():
     defaulted = {f.name for f in dataclasses.fields(ModelConfig) if f.default is not dataclasses.MISSING}
     assert stated and not stated & defaulted, stated & defaulted
     assert stated <= {f.name for f in dataclasses.fields(ModelConfig)}
+
+
+def test_a_kernel_name_is_checked_once_on_its_way_to_the_attention_call(monkeypatch):
+    """From the values a grid file holds to the attention call: the name is checked against the registry once
+    (RunConfig), resolved once (``model_kwargs``), and the model and attention receive the resolved Kernel."""
+    import torch
+
+    from heavytail import names
+    from heavytail.harness.train import build_model
+    from heavytail.science import model as model_module
+    from heavytail.science.kernels import Kernel
+
+    checks, seen = [], []
+    real_names, real_attention = names.kernel_names, model_module.kernel_attention
+    monkeypatch.setattr(names, "kernel_names", lambda: checks.append(1) or real_names())
+    monkeypatch.setattr(model_module, "kernel_attention",
+                        lambda q, k, v, kernel, **kw: seen.append(kernel) or real_attention(q, k, v, kernel, **kw))
+    cfg = RunConfig.from_dict({"kernel": "log_elu", "d_model": 8, "d_ff": 8, "n_blocks": 2})
+    model = build_model(cfg)
+    model(torch.randn(1, 16, 2))
+    assert len(checks) == 1
+    assert len(seen) == 2 and all(isinstance(k, Kernel) and k.name == "log_elu" for k in seen)
+    with pytest.raises(ValueError, match=r"kernel='log_elx' is not allowed; choose one of: softmax"):
+        RunConfig.from_dict({"kernel": "log_elx"})

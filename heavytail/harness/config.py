@@ -148,13 +148,17 @@ class RunConfig:
 
     def model_kwargs(self) -> dict[str, Any]:
         """The :class:`heavytail.science.model.ModelConfig` arguments this run uses: every setting of the model
-        that a run states (the model has no defaults of its own for them)."""
+        that a run states (the model has no defaults of its own for them). The kernel goes out resolved (a
+        :class:`heavytail.science.kernels.Kernel`): its name was checked once, here, and is not looked up again
+        on its way to the attention call."""
+        from heavytail.science.kernels import get_kernel  # lazy: validating a grid file needs no torch
+
         return dict(
             d_model=self.d_model,
             n_blocks=self.n_blocks,
             d_ff=self.d_ff,
             n_heads=self.n_heads,
-            kernel=self.kernel,
+            kernel=get_kernel(self.kernel),
             norm=self.norm,
             alpha_rs=self.alpha_rs,
             symlog=self.symlog,

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from heavytail import names
 from heavytail.names import NORMS
 from heavytail.science.attention import DEFAULT_TILE_ELEMENTS, attention_weights, kernel_attention, max_abs_score
-from heavytail.science.kernels import get_kernel
+from heavytail.science.kernels import Kernel, get_kernel
 from heavytail.science.transforms import symexp, symlog
 
 __all__ = ["ModelConfig", "MeasureTransformer", "count_parameters", "NORMS", "TABLE3_PARAMETERS"]
@@ -50,7 +50,7 @@ class ModelConfig:
     n_blocks: int
     d_ff: int
     n_heads: int
-    kernel: str
+    kernel: Kernel | str
     norm: str
     alpha_rs: float
     symlog: bool
@@ -65,10 +65,12 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"ModelConfig.{name}={value!r}; must be a positive integer")
-        for name, allowed in (("kernel", names.kernel_names()), ("norm", NORMS), ("backend", names.BACKENDS)):
+        if not isinstance(self.kernel, Kernel):  # a name, from a caller that did not go through RunConfig
+            object.__setattr__(self, "kernel", get_kernel(self.kernel))
+        for name, allowed in (("norm", NORMS), ("backend", names.BACKENDS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}; allowed: {', '.join(allowed)}")
-        refusal = names.backend_refusal(self.backend, self.kernel)
+        refusal = names.backend_refusal(self.backend, self.kernel.name)
         if refusal is not None:
             raise ValueError(f"ModelConfig.backend={self.backend!r} {refusal}")
         if self.d_model % self.n_heads:
@@ -93,7 +95,7 @@ class KernelSelfAttention(nn.Module):
         self.k = nn.Linear(cfg.d_model, cfg.d_model)
         self.v = nn.Linear(cfg.d_model, cfg.d_model)
         self.o = nn.Linear(cfg.d_model, cfg.d_model)
-        self.kernel = get_kernel(cfg.kernel)  # resolved once: attention receives the Kernel, not its name
+        self.kernel = cfg.kernel  # resolved: attention receives the Kernel, not its name
 
     def _heads(self, x: Tensor) -> Tensor:
         b, n, _ = x.shape
