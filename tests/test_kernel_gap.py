@@ -175,3 +175,16 @@ def test_cross_check_tests_distributions_not_equality():
     # a consistent shift of 20 % (four times the seeds' spread here) is a different distribution
     far = [dict(r, median=dict(r["median"], ratio=r["median"]["ratio"] * 1.2)) for r in own]
     assert K.cross_check(far, design)["agree"] is False
+
+
+def test_windowed_share_counts_collapsed_logged_steps_per_window():
+    """Each window holds the logged steps in (lo, lo + window]; a batch counts as collapsed at >= half its
+    trials (as collapsed_steps counts); a window with nothing logged is NaN, not 0."""
+    import math
+
+    from heavytail.studies.kernel_gap_plots import windowed_share
+
+    xs, share = windowed_share([25, 50, 250, 275, 500, 1000], [0.0, 1.0, 0.5, 0.0, None, 0.2], 250)
+    assert xs == [125.0, 375.0, 625.0, 875.0]
+    assert share[0] == 2 / 3 and share[1] == 0.0 and math.isnan(share[2]) and share[3] == 0.0
+    assert windowed_share([], [], 250) == ([], [])

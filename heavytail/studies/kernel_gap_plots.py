@@ -190,29 +190,59 @@ def collapse_figure(runs: Sequence[Mapping]):
     return fig
 
 
-def long_figure(runs: Sequence[Mapping]):
-    """Softmax for longer: the collapsed fraction of each logged training batch against steps (rolling median
-    over 5 logged steps), one panel per learning rate, one line per run, coloured by variant."""
+def windowed_share(steps: Sequence[int], fractions: Sequence[float | None], window: int) -> tuple[list, list]:
+    """Share of logged steps whose batch was collapsed (fraction >= 0.5, as :func:`G.collapsed_steps` counts)
+    in consecutive windows of ``window`` training steps: (window centres, shares; NaN where nothing logged)."""
+    centres, shares = [], []
+    for lo in range(0, max(steps, default=0), window):
+        hits = [f >= 0.5 for s, f in zip(steps, fractions)
+                if lo < s <= lo + window and f is not None and math.isfinite(f)]
+        centres.append(lo + window / 2)
+        shares.append(sum(hits) / len(hits) if hits else math.nan)
+    return centres, shares
+
+
+def long_figure(runs: Sequence[Mapping], window: int = 250):
+    """Softmax for longer, one column per learning rate. Top: the share of logged training steps whose batch
+    was collapsed, per window of ``window`` steps (thin: each seed; thick: the mean over seeds). Bottom: the
+    collapse precursor, block 0's largest |S| of eq. 1 in the logged batch (each seed), with |S| ~ 1e8 where a
+    flash-style softmax backward loses every digit."""
     from heavytail.science.collapse import rolling_median
 
     lrs = sorted({r["config"]["lr"] for r in runs})
-    fig, axes = plt.subplots(1, max(1, len(lrs)), figsize=(6 * max(1, len(lrs)), 3.8), sharey=True, squeeze=False)
+    ncol = max(1, len(lrs))
+    fig, axes = plt.subplots(2, ncol, figsize=(6 * ncol, 6.4), sharex=True, squeeze=False)
     seen = set()
-    for ax, lr in zip(axes[0], lrs):
+    for col, lr in enumerate(lrs):
+        top, bottom = axes[0][col], axes[1][col]
+        by_variant: dict = {}
         for r in (r for r in runs if r["config"]["lr"] == lr):
-            v = G.variant(r["config"])
-            steps = r["trace"]["step"]
-            fr = [math.nan if f is None else f for f in r["trace"]["collapsed_fraction"]]
-            if not steps:
-                continue
-            ax.plot(steps, rolling_median(fr, 5), color=G.variant_color(v), lw=1, alpha=0.8,
-                    label=G.variant_name(v) if v not in seen else None)
-            seen.add(v)
-        ax.set_title(f"lr {lr:g}", fontsize=10)
-        ax.set_xlabel("training step")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("collapsed share of the training batch")
-    axes[0][0].legend(fontsize=7)
+            by_variant.setdefault(G.variant(r["config"]), []).append(r)
+        for v, group in by_variant.items():
+            color, curves = G.variant_color(v), []
+            for r in group:
+                steps = r["trace"]["step"]
+                xs, share = windowed_share(steps, r["trace"]["collapsed_fraction"], window)
+                curves.append(share)
+                top.plot(xs, share, color=color, lw=0.6, alpha=0.45)
+                score = [math.nan if x is None else x for x in r["trace"].get("block0.max_abs_score", [])]
+                if score:  # a rolling median over 5 logged steps: single batches swing by decades
+                    bottom.plot(steps, rolling_median(score, 5), color=color, lw=0.8, alpha=0.7)
+            if curves and all(len(c) == len(curves[0]) for c in curves):
+                mean = np.nanmean(np.array(curves, dtype=float), axis=0)
+                top.plot(xs, mean, color=color, lw=2.2,
+                         label=f"{G.variant_name(v)} ({len(group)} seed{'s' if len(group) > 1 else ''})" if (v, lr) not in seen else None)
+                seen.add((v, lr))
+        top.set_title(f"lr {lr:g}", fontsize=10)
+        top.set_ylim(-0.03, 1.03)
+        bottom.set_yscale("log")
+        bottom.axhline(1e8, color="k", ls=":", lw=0.8)
+        bottom.set_xlabel("training step")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+        top.legend(fontsize=7, loc="upper left")
+    axes[0][0].set_ylabel(f"collapsed share of logged steps\n(per {window} steps)")
+    axes[1][0].set_ylabel("block-0 largest |S| (eq. 1)\n(rolling median of 5 logged steps)")
     fig.tight_layout()
     return fig
 
