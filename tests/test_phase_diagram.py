@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from heavytail.harness.config import RunConfig
 from heavytail.studies import claims as C
 from heavytail.studies import phase_diagram as P
@@ -76,3 +78,51 @@ def test_softmax_gap_at_every_regime_needs_every_regime():
     flat = {**grows, ("softmax", "light"): False}
     claim = next(f for f in P.findings(_map(flat)) if f["id"] == "softmax-gap-every-regime")
     assert claim["verdict"] == C.NOT_REPRODUCED and "light: not reproduced" in claim["evidence"]
+
+
+# The map's verdict under nulls (seed spread of per-seed slopes like the one-trial-per-step kernel-gap map's:
+# its growth interval x1.18-1.40 over 8 seeds gives a per-seed slope sd of about 0.10 in log per doubling).
+_SD, _SEEDS, _M = 0.10, 5, 1000
+_CELLS = [(q, a) for q in range(6) for a in range(3)]  # 18 cells, as many as the planned map decides
+_PRED = {c: c[0] >= 2 + c[1] for c in _CELLS}  # any pattern: half grow, half stay
+
+
+def _rate(slope_of, verdict, rule=P.map_verdict, seed=0):
+    rng = np.random.default_rng(seed)
+    hits = sum(rule({c: rng.normal(slope_of(c), _SD, _SEEDS) for c in _CELLS}, _PRED)[0] == verdict
+               for _ in range(_M))
+    return hits / _M
+
+
+def _bound(rate):  # at most 5 % plus three binomial standard errors of M simulations
+    return rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / _M)
+
+
+def test_a_map_that_follows_the_prediction_is_rarely_called_not_reproduced():
+    grows = math.log(1.5)
+    assert _bound(_rate(lambda c: grows if _PRED[c] else 0.0, C.NOT_REPRODUCED))
+
+
+def test_reading_each_cell_at_95_percent_would_contradict_a_true_prediction_too_often():
+    """Why the Bonferroni level: with nine flat cells, one false 'grows' at 95 % is likely."""
+    def per_cell(slopes, predicted):
+        bad = any(P.agreement(C.growth_rule(list(v)), predicted[c]) is False for c, v in slopes.items())
+        return (C.NOT_REPRODUCED if bad else C.UNDECIDED), [], []
+
+    grows = math.log(1.5)
+    assert _rate(lambda c: grows if _PRED[c] else 0.0, C.NOT_REPRODUCED, rule=per_cell) > 0.10
+
+
+def test_a_map_with_one_cell_against_the_prediction_is_rarely_called_reproduced():
+    """The least favourable wrong cell: a 'bounded' cell growing exactly at the margin (x1.10 per doubling),
+    or a 'grows' cell that is flat; every other cell as predicted and clearly so."""
+    grows = math.log(2.0)
+    for wrong, slope in (((0, 0), C.GROWTH_MARGIN), ((5, 0), 0.0)):
+        rate = _rate(lambda c, w=wrong, s=slope: s if c == w else (grows if _PRED[c] else 0.0), C.REPRODUCED, seed=1)
+        assert _bound(rate), (wrong, rate)
+
+
+def test_the_joint_claim_can_be_reproduced_given_enough_seeds():
+    """The rule is not unreachable: the power it has at this spread rises with seeds (printed in notebook 08)."""
+    low, high = P.map_power(_PRED, _SD, 5, m=200), P.map_power(_PRED, _SD, 20, m=200)
+    assert low < 0.2 < 0.5 < high

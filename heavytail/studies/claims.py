@@ -99,13 +99,14 @@ class Decision:
     reason: str = ""
 
 
-def growth_rule(slopes: Sequence[float], min_seeds: int = MIN_SEEDS, margin: float = GROWTH_MARGIN) -> Decision:
-    """Does a log ratio grow with log2 N? The mean per-seed slope with its t interval: *reproduced* when the
-    interval lies above 0, *not reproduced* when it lies below ``margin`` (growth under x e^margin per
-    doubling is excluded), otherwise undecided."""
+def growth_rule(slopes: Sequence[float], min_seeds: int = MIN_SEEDS, margin: float = GROWTH_MARGIN,
+                level: float = LEVEL) -> Decision:
+    """Does a log ratio grow with log2 N? The mean per-seed slope with its t interval at ``level``:
+    *reproduced* when the interval lies above 0, *not reproduced* when it lies below ``margin`` (growth
+    under x e^margin per doubling is excluded), otherwise undecided."""
     if not slopes:
         return Decision(NOT_RUN, None, "no seed has the ratio at two or more N")
-    est = t_interval(slopes)
+    est = t_interval(slopes, level)
     if est.n < min_seeds:
         return Decision(UNDECIDED, est, f"{est.n} seeds; the rule needs >= {min_seeds}")
     if est.low > 0:
