@@ -19,6 +19,7 @@ environment, read by torch at start-up), and ``torch.set_num_threads`` besides.
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import json
 import os
 import statistics
@@ -42,10 +43,13 @@ MEMORY_METHOD = ("fresh process per point with MALLOC_MMAP_THRESHOLD_=131072, af
 
 
 def child_env(threads: int | None, memory: bool = False) -> dict[str, str]:
-    """The environment of a child process: ``threads`` for torch's pools, the repository on the path, and the
-    mmap threshold only for a memory pass (a timing pass must not inherit one from the caller's shell)."""
+    """The environment of a child process: ``threads`` for torch's pools, the checkout of the package this process
+    imports first on the path, and the mmap threshold only for a memory pass (a timing pass must not inherit one
+    from the caller's shell)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    # The checkout whose package this process imports goes first: with PYTHONPATH=<another worktree> the children
+    # measure that worktree's package (the scripts themselves may come from a newer checkout).
+    env["PYTHONPATH"] = str(package_root()) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("MALLOC_MMAP_THRESHOLD_", None)
     if memory:
         env["MALLOC_MMAP_THRESHOLD_"] = MMAP_THRESHOLD
@@ -64,7 +68,12 @@ def run_child(args: list[str], env: dict[str, str], timeout: float) -> dict:
         return {"error": f"timeout {timeout:.0f}s"}
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{"):
-            return json.loads(line)
+            res = json.loads(line)
+            measured = res.get("package", {}).get("root")
+            if measured is not None and Path(measured) != package_root():
+                return {"error": f"the child imported heavytail from {measured}, not from {package_root()}"}
+            res.pop("package", None)  # checked: the header's ``package`` holds it once
+            return res
     return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300]}
 
 
@@ -126,13 +135,59 @@ def peak_extra_mib(fn: Callable[[], object]) -> float:
     return (_status_kib("VmHWM") - before) / 1024
 
 
+def package_root() -> Path:
+    """The checkout that holds the ``heavytail`` package this process imports (found without importing it): the
+    code measured, which need not be the checkout of these scripts (``PYTHONPATH=<worktree> python
+    benchmarks/...`` measures that worktree's package with these scripts)."""
+    spec = importlib.util.find_spec("heavytail")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("heavytail is not importable")
+    return Path(spec.origin).resolve().parents[1]
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def package_state() -> dict:
+    """The package measured: its checkout, commit, and whether its tracked files under ``heavytail/`` differ from
+    that commit (``dirty``; the benchmark scripts' own edits do not count)."""
+    root = package_root()
+    commit = _git(root, "rev-parse", "HEAD")
+    status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", "heavytail") if commit else None
+    return {"root": str(root), "commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def child_json(payload: dict) -> str:
+    """A child's result line: ``payload`` with the package it imported (``run_child`` checks it is the parent's)."""
+    import heavytail
+
+    state = package_state()
+    if Path(heavytail.__file__).resolve().parents[1] != Path(state["root"]):
+        raise RuntimeError(f"heavytail imported from {heavytail.__file__}, not from {state['root']}")
+    return json.dumps({**payload, "package": state})
+
+
 def header(script: str, argv: list[str]) -> dict:
-    """What a result file records about its run: provenance (commit and whether the tree is dirty, torch,
-    machine with its CPU model, date), the command line and the load average at the start."""
+    """What a result file records about its run: provenance of the package measured (commit and whether the tree
+    is dirty, read from the checkout the imported ``heavytail`` lives in, torch, machine with its CPU model,
+    date), the package's checkout and whether its ``heavytail/`` is dirty (``package``), the commit of these
+    scripts (``scripts``), the command line and the load average at the start."""
     from heavytail.harness.provenance import record
 
-    return {"script": script, "argv": argv, "provenance": record(), "load_average_start": os.getloadavg(),
-            "timing_method": TIMING_METHOD, "memory_method": MEMORY_METHOD}
+    prov = record()
+    package = package_state()
+    if prov["commit"] != package["commit"]:
+        raise RuntimeError(f"provenance names commit {prov['commit']}, the imported package is at {package['commit']}")
+    scripts_status = _git(ROOT, "status", "--porcelain", "--untracked-files=all", "--", "benchmarks")
+    scripts = {"root": str(ROOT), "commit": _git(ROOT, "rev-parse", "HEAD"),
+               "dirty": None if scripts_status is None else bool(scripts_status)}
+    return {"script": script, "argv": argv, "provenance": prov, "package": package, "scripts": scripts,
+            "load_average_start": os.getloadavg(), "timing_method": TIMING_METHOD, "memory_method": MEMORY_METHOD}
 
 
 def write_json(stem: str, payload: dict, out: Path | None = None) -> Path:

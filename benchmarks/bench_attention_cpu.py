@@ -30,7 +30,6 @@ time, extra memory <= 4x SDPA's at every N and linear in N.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -145,11 +144,11 @@ def main(argv=None):
         args.n, args.d, args.rounds = [1024, 4096], [32], 3
 
     if args.time_child:
-        print(json.dumps(time_pass(args)))
+        print(_bench.child_json(time_pass(args)))
         return
     if args.memory_point:
         n, d, variant, threads = args.memory_point
-        print(json.dumps(memory_point(int(n), int(d), variant, int(threads))))
+        print(_bench.child_json(memory_point(int(n), int(d), variant, int(threads))))
         return
 
     record = _bench.header("bench_attention_cpu", argv)

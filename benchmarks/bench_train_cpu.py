@@ -21,7 +21,6 @@ Writes ``benchmarks/results/train_cpu_<date>.json`` (or --json). Target: every k
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -127,7 +126,7 @@ def main(argv=None) -> None:
     parser.add_argument("--memory-point", nargs=3, metavar=("N", "KERNEL", "THREADS"), help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, nargs="+", default=[1024, 4096])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="one timing pass per thread count")
-    parser.add_argument("--rounds", type=int, default=6, help="timed steps per kernel")
+    parser.add_argument("--rounds", "--steps", type=int, default=6, help="timed steps per kernel")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--no-memory", action="store_true", help="skip the memory pass")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
@@ -140,11 +139,11 @@ def main(argv=None) -> None:
     overrides = parse_overrides(args.set)
 
     if args.time_child:
-        print(json.dumps(time_pass(args, overrides)))
+        print(_bench.child_json(time_pass(args, overrides)))
         return
     if args.memory_point:
         n, kernel, threads = args.memory_point
-        print(json.dumps(memory_point(int(n), kernel, int(threads), overrides)))
+        print(_bench.child_json(memory_point(int(n), kernel, int(threads), overrides)))
         return
 
     record = _bench.header("bench_train_cpu", argv)

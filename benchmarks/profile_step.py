@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import resource
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 
 import _bench
@@ -124,6 +124,11 @@ def _fault_cost_s() -> float:
     return best
 
 
+def _fresh_code(fn):
+    """A copy of ``fn`` with its own code object (so its own dynamo cache and recompile limit)."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
 def _per_score_costs(n: int, d: int, kernels: list[str], reps: int = 30) -> dict[str, float]:
     """Nanoseconds per score, CPU time on one cache-resident (64 x n) tile, of what the attention of one kernel
     does per score: the score matmul q k^T, the weights' matmul A v, SDPA's whole forward+backward on (1, 1, n, d)
@@ -173,7 +178,9 @@ def _per_score_costs(n: int, d: int, kernels: list[str], reps: int = 30) -> dict
             p = kern.g_ratio(ss, lg, row) * inv
             return p, p * (dp - delta) * kern.dlog_g(ss) * scale
 
-        cf, cb = torch.compile(fwd, dynamic=False), torch.compile(bwd, dynamic=False)
+        # A fresh code object per kernel and N: dynamo's recompile limit (8) is per code object, and one shared
+        # ``fwd`` compiled for 7 kernels at two N silently ran eager from the 9th compile on.
+        cf, cb = torch.compile(_fresh_code(fwd), dynamic=False), torch.compile(_fresh_code(bwd), dynamic=False)
         _, den, lg, row = fwd(s)
         inv, delta = den.reciprocal(), torch.randn(1, rows, 1, generator=g)
         out[f"{name} forward chain"] = cost(lambda cf=cf: cf(s), el)
@@ -362,7 +369,7 @@ def main(argv=None) -> None:
     p.add_argument("--out", type=Path, help="markdown file (default: benchmarks/results/profile_<date>.md)")
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(profile_pass(args)))
+        print(_bench.child_json(profile_pass(args)))
         return
     record = _bench.header("profile_step", argv)
     forward = ["--n", *map(str, args.n), "--rounds", str(args.rounds)]

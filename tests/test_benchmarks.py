@@ -1,0 +1,93 @@
+"""The CPU benchmarks' bookkeeping (no timing): children import the package the parent measures, a record's
+provenance names that package's commit, and the before/after table reads the records' CPU-time ratios."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _bench  # noqa: E402
+import compare_results  # noqa: E402
+
+
+def test_children_import_the_package_the_parent_measures():
+    import heavytail
+
+    root = Path(heavytail.__file__).resolve().parents[1]
+    assert _bench.package_root() == root
+    env = _bench.child_env(1)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(root)
+    assert env["OMP_NUM_THREADS"] == "1" and "MALLOC_MMAP_THRESHOLD_" not in env
+    assert _bench.child_env(1, memory=True)["MALLOC_MMAP_THRESHOLD_"] == _bench.MMAP_THRESHOLD
+
+
+def test_a_record_names_the_commit_of_the_package_it_measured():
+    head = _bench.header("test", [])
+    assert head["provenance"]["commit"] == head["package"]["commit"]
+    assert head["package"]["root"] == str(_bench.package_root())
+    line = json.loads(_bench.child_json({"x": 1}))
+    assert line["x"] == 1 and line["package"]["root"] == head["package"]["root"]
+
+
+def test_every_shipped_record_names_its_package_commit():
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+        rec = json.loads(path.read_text())
+        if "package" in rec:
+            assert rec["package"]["commit"] == rec["provenance"]["commit"], path.name
+
+
+def _times(cpu: float, wall: float, rounds: int = 3) -> dict[str, list[float]]:
+    return {"wall": [wall] * rounds, "cpu": [cpu] * rounds}
+
+
+def _records(tmp_path: Path, tag: str, step: float, attn: float, mem: dict[int, float]) -> list[Path]:
+    """An attention and a train record: baselines take 1 s per round, the kernel's ratios are ``attn`` and
+    ``step`` in CPU time (wall time 0.5 more for attention)."""
+    prov = {"commit": tag * 8, "dirty": False, "date": "2026-12-01"}
+    common = {"argv": [], "provenance": prov, "package": {"root": "/x", "commit": tag * 8, "dirty": False},
+              "load_average_start": [2.0, 2.0, 2.0], "load_average_end": [2.5, 2.0, 2.0]}
+    attention = {**common, "script": "bench_attention_cpu",
+                 "time": [{"threads": 1, "n": n, "d": 32, "variant": v, "times_s": _times(r, r + 0.5 * (r != 1.0))}
+                          for n in mem for v, r in (("sdpa", 1.0), ("log_elu/flash", attn), ("log_elu/tiled", 9.0))],
+                 "memory": [r for n, m in mem.items() for r in (
+                     {"threads": 1, "n": n, "d": 32, "variant": "sdpa", "extra_mib": n / 1024},
+                     {"threads": 1, "n": n, "d": 32, "variant": "log_elu/flash", "extra_mib": m})]}
+    train = {**common, "script": "bench_train_cpu",
+             "time": [{"threads": 1, "n": n, "kernel": k, "step_times_s": _times(s, s),
+                       "attention_times_s": _times(s, s)} for n in mem for k, s in (("softmax", 1.0), ("log_elu", step))]}
+    paths = []
+    for name, rec in (("attention", attention), ("train", train)):
+        paths.append(tmp_path / f"{name}_{tag}.json")
+        paths[-1].write_text(json.dumps(rec))
+    return paths
+
+
+def test_the_before_after_table_reads_cpu_ratios_and_checks_the_targets(tmp_path):
+    before = _records(tmp_path, "a", step=1.8, attn=3.0, mem={1024: 16.0, 4096: 256.0})
+    after = _records(tmp_path, "b", step=1.1, attn=1.5, mem={1024: 2.0, 4096: 8.0})
+    md, data = compare_results.build(before, after)
+    assert "| log_elu | 1.80 (1.80) -> 1.10 (1.10) | 1.80 (1.80) -> 1.10 (1.10) |" in md
+    assert "3.00 (3.50) -> 1.50 (2.00)" in md  # the flash backend's row; the tiled one (9.0) is not compared
+    assert "9.00" not in md
+    target = data["targets_after"]["log_elu"]
+    assert target["step_met"] and not target["attention_met"]
+    assert target["memory_met"] and target["memory_linear"]  # 8/4 = 2x SDPA; 2 -> 8 MiB over 4x N: exponent 1
+    assert abs(target["memory_growth_exponent"] - 1.0) < 1e-9
+    assert compare_results.build(after, before)[1]["targets_after"]["log_elu"]["memory_linear"] is False
+
+
+def test_files_of_one_side_are_pooled_round_by_round(tmp_path):
+    before = _records(tmp_path, "a", step=1.8, attn=3.0, mem={1024: 16.0})
+    first = _records(tmp_path, "b", step=1.1, attn=1.5, mem={1024: 2.0})
+    second = _records(tmp_path, "c", step=1.3, attn=1.5, mem={1024: 2.0})
+    extra = tmp_path / "train_d.json"
+    extra.write_text(first[1].read_text())  # a third train run like the first
+    _, data = compare_results.build(before, [*first, *second, extra])
+    pooled = data["train_step"]["log_elu N=1024 threads=1"]["after"]
+    assert pooled["runs"] == 3 and pooled["rounds"] == 9
+    assert abs(pooled["cpu_ratio"] - 1.1) < 1e-9  # the median of 1.1 x 6 rounds and 1.3 x 3
