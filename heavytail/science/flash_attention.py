@@ -9,8 +9,8 @@ online rescaling. Backward recomputes S per tile and uses d log g (:attr:`Kernel
     dQ = dS K,   dK = dS^T Q.
 
 Only per-row statistics (log g(m), the kernel's ``ratio_row``, 1 / sum) are kept between the passes, so memory
-is O(tile) instead of O(N x L); when one tile holds the whole score matrix the weights are kept instead and
-backward recomputes nothing. :mod:`heavytail.science.attention` dispatches to :func:`flash`.
+is O(tile) instead of O(N x L); when the whole score matrix is small (``KEEP_ELEMENTS``) it is one tile and the
+weights are kept instead, so backward recomputes nothing. :mod:`heavytail.science.attention` dispatches to :func:`flash`.
 
 Each pass over one tile is one ``torch.compile`` graph (inductor, C++ on CPU): the score matmul(s), the kernel's
 elementwise chain with its row reductions, and the matmuls that consume the tile, so a tile is read while it is
@@ -37,8 +37,15 @@ from heavytail.science.kernels import Kernel
 # N = 4096, and at N = 16384 2^18 with 64-row tiles 2.08x against 2.20x for 2^19 (squared ELU). Smaller tiles pay
 # one graph call per tile (~50-100 us of dispatch, ~0.5 ns per score at 2^17); larger ones leave L2 (a backward
 # tile holds S, dP and then A and dS: 3 x 1 MiB at 2^18). The tiles also bound the extra memory: at 2^18 it is
-# within 4x of SDPA's from N = 1024 on (SDPA adds 1.5 MiB there).
+# within 4x of SDPA's beyond KEEP_ELEMENTS (below it, memory is traded for time).
 FLASH_TILE_ELEMENTS = 2**18
+# Up to this many scores (summed over the batch) one tile holds the whole score matrix and forward keeps the
+# weights for backward (2 x 4 bytes per score: 8 MiB at N = 1024), which then recomputes nothing.
+# Forward+backward CPU time, kept / 2^18 tiles, (1, N, 32), one thread, interleaved (benchmarks/bench_flash_keep.py,
+# results/flash_keep_20261201.json, quiet machine): N = 1024 log ELU 0.76, ELU^0.5 0.64, squared ELU 0.82; N = 2048
+# 0.86 / 0.74 / 0.86. Kept up to N = 1024 for one head and trial (8 MiB); at N = 2048 it would cost 32 MiB, ~15x
+# SDPA's extra memory, for a smaller gain.
+KEEP_ELEMENTS = 2**20
 # Fewest query rows per tile before keys are split instead: dV += A^T dO and dK += dS^T Q have inner dimension
 # equal to the tile's rows, and below 64 rows their matmuls slow down more than online rescaling costs.
 MIN_ROWS = 64
@@ -255,6 +262,9 @@ def flash(q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_elements: int, c
     n, l, dv = q.shape[-2], k.shape[-2], v.shape[-1]
     lead = q.shape[:-2]
     batch = math.prod(lead)
-    bq, bk = _flash_blocks(batch, n, l, min(tile_elements, FLASH_TILE_ELEMENTS))
+    if batch * n * l <= min(tile_elements, KEEP_ELEMENTS):
+        bq, bk = n, l  # one tile: the weights are kept when a gradient is needed
+    else:
+        bq, bk = _flash_blocks(batch, n, l, min(tile_elements, FLASH_TILE_ELEMENTS))
     q3, k3, v3 = (t.contiguous().reshape(batch, -1, t.shape[-1]) for t in (q, k, v))
     return _FlashKernelAttention.apply(q3, k3, v3, kernel, bq, bk, compiled).reshape(*lead, n, dv)
