@@ -141,7 +141,7 @@ display(Markdown("Red (mirrored Pareto keys) against blue (Gaussian keys): a cur
 # %%
 a_min = min(pareto_indices)
 rows = drift_rows(log_norm, a_min, heavy_measure="mirrored Pareto")  # kernel by kernel; drift over the last 6 doublings
-art.save_table("normalizer_drift.csv", rows)
+_ = art.save_table("normalizer_drift.csv", rows)
 for r in rows:
     print(f"{r['kernel']:>12} | {r['measure']:<16} | finite predicted: {str(r['predicted_finite']):<5} | "
           f"log10 D(N_max) = {r['log10_D_at_Nmax_median']:10.3f} | drift over last 6 doublings: {r['drift_decades_median']:+.3f} decades")
@@ -160,7 +160,7 @@ ax.set_xlabel("t")
 ax.set_ylabel("P(symlog(X) > t)")
 ax.legend(fontsize=8)
 art.save_figure(fig, "symlog_tail")
-art.save_table("symlog_tail.json", {"n": n_symlog, "tail_index": symlog_index, "ks_statistic": ks.statistic,
+_ = art.save_table("symlog_tail.json", {"n": n_symlog, "tail_index": symlog_index, "ks_statistic": ks.statistic,
                                     "ks_pvalue": ks.pvalue, "fitted_exponential_rate": rate})
 display(Markdown(
     f"On {n_symlog:,} draws of Pareto({LAMBDA:g}, {symlog_index:g}) the survival of symlog(X) follows eq. (22) on a "

@@ -94,8 +94,8 @@ t0 = time.perf_counter()
 table = run_sweep(cfg, cache_dir=cache_dir, progress=True)
 sweep_seconds = time.perf_counter() - t0
 curves = noise_unit_curves(table, a_ref=cfg.a_ref)
-art.save_table("sweep_raw.csv", table)
-art.save_table("figure1_noise_units.csv", curves_table(curves))
+_ = art.save_table("sweep_raw.csv", table)
+_ = art.save_table("figure1_noise_units.csv", curves_table(curves))
 print(f"sweep: {len(table['budget'])} rows in {sweep_seconds:.1f} s")
 
 # %%
@@ -132,7 +132,7 @@ n_small, n_large = found.n_small, found.n_large
 argmins, hill_argmins, all_at_ref, flat = found.argmins, found.hill_argmins, found.all_at_ref, found.flat
 min_varsigma = found.min_varsigma
 findings = found.to_json(sweep_seconds)
-art.save_table("findings.json", findings)
+_ = art.save_table("findings.json", findings)
 display(Markdown(f"""
 - At the largest budget N = {n_large}, the energy distance is smallest at a* = """
     + ", ".join(f"{a:g} (q0 = {q:g})" for q, a in argmins.items())

@@ -95,7 +95,7 @@ err_mean = (zc.mean(dim=1) - LAMBDA).abs().median(dim=0).values
 err_median = (idf.center(zc) - LAMBDA).abs().median(dim=0).values
 center_rows = [{"tail_index": a, "N": n_big, "median_abs_error_mean": float(em), "median_abs_error_median": float(ed)}
                for a, em, ed in zip((A_MIN, 2.0), err_mean, err_median)]
-art.save_table("center_mean_vs_median.csv", center_rows)
+_ = art.save_table("center_mean_vs_median.csv", center_rows)
 for r in center_rows:
     print(f"a = {r['tail_index']:.7f}, N = {n_big}: |sample mean - c| ~ {r['median_abs_error_mean']:.3g}, "
           f"|coordinate median - c| ~ {r['median_abs_error_median']:.3g}  (median over {n_trials} sets)")
@@ -120,7 +120,7 @@ c_y = {(n, fam): cy for n, r in recovery_runs.items() for fam, cy in r.c_y.items
 cases = list(errors[budgets[0]])
 recovery = idf.recovery_findings(errors)  # quantile(0.5) medians per (case, N), log-log slopes, falling cases
 rec_rows, slopes = recovery.rows, recovery.slopes
-art.save_table("recovery_errors.csv", rec_rows)
+_ = art.save_table("recovery_errors.csv", rec_rows)
 
 fig, ax = plt.subplots(figsize=(7, 4.5))
 for c in cases:
@@ -170,7 +170,7 @@ for side, (m1, m2) in {"input": (p6.b, p6.b_prime), "output": (binv, bpinv)}.ite
 p6_rows = [{"side": s, "N": prop6_n, "reps": prop6_reps, "mean_between": float(v["between"].mean()),
             "mean_floor": float(v["floor"].mean()), "ratio": float(v["between"].mean() / v["floor"].mean())}
            for s, v in ed.items()]
-art.save_table("prop6_energy.csv", p6_rows)
+_ = art.save_table("prop6_energy.csv", p6_rows)
 fig, ax = plt.subplots(figsize=(6, 4))
 for i, s in enumerate(ed):
     ax.scatter(np.full(prop6_reps, 2 * i) + 0.1 * np.random.default_rng(0).standard_normal(prop6_reps), ed[s]["floor"], color="gray", label="i.i.d. floor" if i == 0 else None)

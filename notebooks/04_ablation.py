@@ -229,5 +229,5 @@ art.save_figure(fig, "energy_distribution")
 
 # %%
 sentence = findings(results, skipped_steps=n_skipped)
-art.save_table("findings.json", {"name": cfg.name, "findings": sentence})
+_ = art.save_table("findings.json", {"name": cfg.name, "findings": sentence})
 art.conclude(sentence, figure="energy_distribution")

@@ -230,7 +230,7 @@ for block in range(cfg.n_blocks):
     for backend in ("sdpa", "flash", "dense"):
         err = attention_gradient_error(q, k, v, "softmax", backend)
         rows.append({"block": block, "backend": backend, **err})
-art.save_table("gradient_accuracy.csv", rows)
+_ = art.save_table("gradient_accuracy.csv", rows)
 header = "| block | backend | max abs score | rel. error dq | rel. error dk | rel. error dv |\n|---|---|---|---|---|---|\n"
 display(Markdown(header + "\n".join(
     f"| {r['block']} | {r['backend']} | {r['max_abs_score']:.3g} | {r['q']:.2e} | {r['k']:.2e} | {r['v']:.2e} |" for r in rows

@@ -72,7 +72,7 @@ found = K.findings(decided_on)
 show(C.claims_table(found, f"Kernel-gap claims ({sources['gap-design'].label if design else 'this report'})"),
      art, "findings")
 # The summary notebook (06) and the landing page list these claims.
-art.save_table("kernel_gap_findings.json", found)
+_ = art.save_table("kernel_gap_findings.json", found)
 
 # %% [markdown]
 # ## The design, and the seeds it needs

@@ -60,14 +60,26 @@ def test_too_few_seeds_leave_the_phase_claim_undecided_and_no_runs_not_run():
     assert P.findings([])[0]["verdict"] == C.NOT_RUN
 
 
-def test_the_static_claim_lists_where_the_measured_exponent_misses():
-    rows = [{"kernel": "softmax", "q": math.inf, "a": 4.0, "predicted": 0.25, "measured": 0.04, "low": -0.03,
-             "high": 0.2, "holds": False, "n_max": 2**18},
-            {"kernel": "log_elu", "q": 0.0, "a": 4.0, "predicted": 0.0, "measured": 0.01, "low": -0.05,
-             "high": 0.06, "holds": True, "n_max": 2**18}]
-    static = next(f for f in P.findings([], rows) if f["id"] == "static-exponent-matches")
-    assert static["verdict"] == C.NOT_REPRODUCED and "softmax at a = 4" in static["evidence"]
-    assert "2^18" in static["scale"]
+def _static_row(kernel, a, predicted, low, high):
+    return {"kernel": kernel, "q": 1.0, "a": a, "predicted": predicted, "measured": (low + high) / 2, "low": low,
+            "high": high, "holds": low <= predicted <= high, "joint_level": 1 - 0.05 / 21, "joint_low": low,
+            "joint_high": high, "joint_holds": low <= predicted <= high, "n_max": 2**18}
+
+
+def test_the_static_claim_reads_the_joint_intervals_and_asks_for_narrow_ones():
+    """Not reproduced where a Bonferroni-level interval excludes the prediction (the cell is named); reproduced
+    only when every interval lies within the margin of its prediction; a wide interval that merely holds the
+    prediction leaves the claim undecided."""
+    def static(rows):
+        return next(f for f in P.findings([], rows) if f["id"] == "static-exponent-matches")
+
+    narrow = [_static_row("log_elu", 4.0, 0.0, -0.05, 0.06), _static_row("softmax", 1.5, 0.667, 0.6, 0.72)]
+    assert static(narrow)["verdict"] == C.REPRODUCED and "2^18" in static(narrow)["scale"]
+    wide = narrow + [_static_row("linear_elu", 2.5, 0.0, -0.3, 0.3)]
+    assert static(wide)["verdict"] == C.UNDECIDED and "linear_elu at a = 2.5" in static(wide)["evidence"]
+    miss = wide + [_static_row("softmax", 4.0, 0.25, 0.0, 0.2)]
+    found = static(miss)
+    assert found["verdict"] == C.NOT_REPRODUCED and "Outside: softmax at a = 4" in found["evidence"]
 
 
 def test_softmax_gap_at_every_regime_needs_every_regime():
