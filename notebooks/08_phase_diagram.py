@@ -118,13 +118,22 @@ display(Markdown(
 # the sampling floor (eq. 36, at the training N) on log2 N, decided by the growth rule of
 # `heavytail.studies.claims`. Growth is predicted where q + 1 >= a for the smallest tail index the regime
 # draws on its heavier axis.
+#
+# That statistic was fixed before the runs; the first 64 runs showed its flaw. The floor itself shrinks with N,
+# so a model whose error does not depend on N has a ratio to the floor that grows anyway: log-ELU's did, on the
+# kernel-gap map as here. The second statistic, chosen after those runs and labelled so in its claim, is each
+# kernel's gap to log-ELU (q -> 0, inside App. A's condition on every regime) of the same seed, regime and N:
+# growth both kernels share cancels, and growth is predicted where q + 1 >= a as before.
 
 # %%
 phase_rows = P.decide(phase.runs)
+gap_rows = P.decide(phase.runs, P.REFERENCE)
 if phase_rows:
     art.save_figure(PP.phase_figure(phase_rows), "phase_diagram")
-    art.save_figure(PP.curves_figure(phase.runs), "phase_curves")
     show(P.phase_table(phase_rows), art, "phase_table")
+    art.save_figure(PP.phase_figure(gap_rows, "gap to log-ELU"), "phase_diagram_gap")
+    show(P.phase_table(gap_rows, "gap to log-ELU"), art, "phase_table_gap")
+    art.save_figure(PP.curves_figure(phase.runs), "phase_curves")
     # The joint claim needs every cell decided; its power at the map's own spread of per-seed slopes.
     spread = float(np.median([np.std(r["slopes"], ddof=1) for r in phase_rows if len(r["slopes"]) > 1] or [np.nan]))
     predicted = {(r["kernel"], r["regime"]): r["predicted"] == "grows" for r in phase_rows}
@@ -173,5 +182,7 @@ else:
 display(Markdown("\n\n".join(f"- {C.render(f)}" for f in found)))
 static = next(f for f in found if f["id"] == "static-exponent-matches")
 trained = next(f for f in found if f["id"] == "phase-growth-where-condition-fails")
+gap = next(f for f in found if f["id"] == "phase-gap-where-condition-fails")
 art.conclude(f"Static test of App. A's moment condition: {static['verdict']} ({C.statistic_text(static)}; "
-             f"{static['scale']}); trained phase diagram: {trained['verdict']}.", figure="static_exponents")
+             f"{static['scale']}); trained phase diagram, ratio to the floor: {trained['verdict']}; gap to log-ELU "
+             f"(chosen after the first runs): {gap['verdict']}.", figure="static_exponents")

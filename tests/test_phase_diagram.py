@@ -138,3 +138,24 @@ def test_the_joint_claim_can_be_reproduced_given_enough_seeds():
     """The rule is not unreachable: the power it has at this spread rises with seeds (printed in notebook 08)."""
     low, high = P.map_power(_PRED, _SD, 5, m=200), P.map_power(_PRED, _SD, 20, m=200)
     assert low < 0.2 < 0.5 < high
+
+
+def test_the_gap_to_log_elu_removes_growth_that_every_kernel_shares():
+    """A shrinking floor makes every kernel's ratio to it grow alike (log-ELU's included); over log-ELU's, only
+    the kernel that grows beyond it remains. The reference's own cell is left out of the gap claim."""
+    runs = []
+    for kernel, extra in (("log_elu", 1.0), ("linear_elu", 1.0), ("softmax", 2.0)):
+        for s in range(6):
+            for n in (256, 1024, 4096):
+                wiggle = math.exp(0.03 * math.sin(1.3 * s + n + len(kernel)))
+                runs.append(_run(kernel, "light", n, s, 2.0 * (2.0 * extra) ** math.log2(n / 256) * wiggle))
+    floor = {(r["kernel"]): r["verdict"] for r in P.decide(runs)}
+    assert floor == {"log_elu": C.REPRODUCED, "linear_elu": C.REPRODUCED, "softmax": C.REPRODUCED}
+    gap = {r["kernel"]: r for r in P.decide(runs, P.REFERENCE)}
+    assert set(gap) == {"linear_elu", "softmax"}
+    assert gap["linear_elu"]["verdict"] == C.NOT_REPRODUCED and gap["softmax"]["verdict"] == C.REPRODUCED
+    assert abs(gap["softmax"]["per doubling"] - 2.0) < 0.05
+    found = {f["id"]: f for f in P.findings(runs)}
+    assert found["phase-growth-where-condition-fails"]["verdict"] == C.NOT_REPRODUCED  # log-ELU and linear grow
+    assert found["phase-gap-where-condition-fails"]["verdict"] == C.REPRODUCED
+    assert "chosen after" in found["phase-gap-where-condition-fails"]["source"]

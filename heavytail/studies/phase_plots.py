@@ -51,7 +51,7 @@ def static_figure(rows: Sequence[Mapping[str, Any]], ns: Sequence[int], norms: M
     return fig
 
 
-def phase_figure(rows: Sequence[Mapping[str, Any]]):
+def phase_figure(rows: Sequence[Mapping[str, Any]], what: str = "ratio to the floor"):
     """Each (kernel, regime) cell on the (q, a) plane: a bar spanning the regime's heavier-axis tail indices,
     coloured by the measured change of the ratio per doubling of N, outlined by the verdict; the line
     q + 1 = a separates where App. A's condition holds (above) from where it fails."""
@@ -75,7 +75,7 @@ def phase_figure(rows: Sequence[Mapping[str, Any]]):
     ax.set_ylabel("tail index a of the heavier latent axis")
     ax.set_ylim(0.8, max((r["a_hi"] for r in rows), default=6) + 0.5)
     sm = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
-    fig.colorbar(sm, ax=ax, label="ratio to the floor, change per doubling of N")
+    fig.colorbar(sm, ax=ax, label=f"{what}, change per doubling of N")
     ax.legend(fontsize=7, loc="upper left")
     ax.set_title("Outline: verdict of the growth rule (green grows, red bounded, amber undecided)", fontsize=9)
     fig.tight_layout()
