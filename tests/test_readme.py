@@ -38,6 +38,6 @@ def test_the_readme_kernel_gap_claims_are_printed_from_the_shipped_map():
         shipped = R.load(name, ROOT)
         assert shipped is not None, f"{name} is not shipped"
         runs = shipped["runs"]
-        expected = K.markdown(K.long_findings(runs) if name == "gap-long" else K.findings(runs))
+        expected = K.markdown(K.claims_of(name, runs))
         assert text.strip() == expected.strip(), (
             f"README's {name} claims differ from the shipped map's; rerun python -m heavytail claims {name} --update README.md")

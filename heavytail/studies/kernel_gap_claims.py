@@ -259,15 +259,26 @@ def markdown(found: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(f"- {C.render(f)}" for f in found)
 
 
+def claims_of(name: str, runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The claims a shipped map (heavytail.studies.reference_maps.MAPS) decides: the kernel-gap claims, the
+    3,000-step grid's, or the trained phase map's (its static test is computed in notebook 08)."""
+    if name == "phase":
+        from heavytail.studies.phase_diagram import findings as phase_findings
+
+        return phase_findings(runs)
+    return long_findings(runs) if name == "gap-long" else findings(runs)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m heavytail claims [MAP]``: the kernel-gap claims decided on a shipped map, as markdown."""
+    """``python -m heavytail claims [MAP]``: the claims decided on a shipped map (kernel gap or phase), as
+    markdown."""
     import argparse
 
     from heavytail import cli
     from heavytail.studies import reference_maps as R
 
     parser = argparse.ArgumentParser(prog="python -m heavytail claims",
-                                     description="Print the kernel-gap claims decided on a shipped reference map.")
+                                     description="Print the claims decided on a shipped reference map.")
     parser.add_argument("map", nargs="?", default="gap-design", help="which map (default: %(default)s): "
                         + ", ".join(R.MAPS))
     parser.add_argument("--update", metavar="FILE", default=None,
@@ -281,8 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"{R.path_of(args.map)} is not shipped; run its grid and python -m heavytail ship-map")
     except cli.BAD_INPUT as err:
         return cli.bad_input("claims", err)
-    runs = shipped["runs"]
-    text = markdown(long_findings(runs) if args.map == "gap-long" else findings(runs))
+    text = markdown(claims_of(args.map, shipped["runs"]))
     if args.update is None:
         print(text)
         return 0

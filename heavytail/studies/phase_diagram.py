@@ -47,6 +47,7 @@ def _regime(run: Mapping[str, Any]) -> str:
 
 
 REFERENCE = "log_elu"  # q -> 0: App. A's condition holds on every regime (a > 1), so its gap is the baseline
+REFERENCE_LABEL = {"log_elu": "log-ELU"}
 
 
 def cells(runs: Sequence[Mapping[str, Any]], reference: str | None = None
@@ -198,7 +199,7 @@ def _joint_claim(runs: Sequence[Mapping[str, Any]], reference: str | None) -> di
     if reference is None:
         cid, what, source = ("phase-growth-where-condition-fails", "ratio to the floor", "App. A (beyond the paper)")
     else:
-        cid, what, source = ("phase-gap-where-condition-fails", f"gap to {reference.replace('_', '-')}",
+        cid, what, source = ("phase-gap-where-condition-fails", f"gap to {REFERENCE_LABEL.get(reference, reference)}",
                              "App. A (beyond the paper); statistic chosen after the first 64 runs")
     return C.Claim(cid, f"A kernel's {what} grows with N exactly where App. A's condition fails (q + 1 >= a)",
                    source, "not tested in the paper", verdict, statistic="decided cells agreeing with the prediction",
