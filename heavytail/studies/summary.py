@@ -374,7 +374,8 @@ def scale_table(runs: Sequence[Run]) -> dict[str, Any]:
         rows.append({"setting": name, "this grid": ", ".join(str(v) for v in values) or "-",
                      "paper (Table 3)": NOT_TABLE3.get(name, str(getattr(paper, name)))})
     seeds = sorted({r.config.get("seed") for r in runs}, key=repr)
-    rows.append({"setting": "seeds", "this grid": ", ".join(map(str, seeds)) or "-", "paper (Table 3)": "1 per configuration"})
+    rows.append({"setting": "seeds", "this grid": (f"{len(seeds)} per configuration ({', '.join(map(str, seeds))})"
+                                                   if seeds else "-"), "paper (Table 3)": "1 per configuration"})
     n_configs = len(aggregate(runs)) if runs else 0
     rows.append({"setting": "evaluated runs (configurations)", "this grid": f"{len(runs)} ({n_configs})",
                  "paper (Table 3)": "48 (24 post-norm, 24 pre-norm; Sec. 4.2, App. G)"})
