@@ -19,11 +19,9 @@ Writes ``benchmarks/results/energy_<date>.json`` (provenance, threads, every row
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 
@@ -92,15 +90,10 @@ def naive_skip_reason(n: int, batch: int) -> str | None:
 
 
 def run_point(method: str, n: int, batch: int, reps: int, timeout: float) -> dict:
-    cmd = [sys.executable, __file__, "--child", method, str(n), str(batch), str(reps)]
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=True)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout {timeout:.0f}s"}
-    except subprocess.CalledProcessError as exc:
-        return {"error": (exc.stderr.strip().splitlines() or ["failed"])[-1][:60]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    # The child imports the package this process measures (``PYTHONPATH=<worktree>`` measures that worktree) and
+    # keeps the caller's thread settings; ``run_child`` checks which checkout it imported.
+    env = _bench.child_env(threads=None)
+    return _bench.run_child([__file__, "--child", method, str(n), str(batch), str(reps)], env, timeout)
 
 
 def fmt_time(r: dict) -> str:
@@ -114,7 +107,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         method, n, batch, reps = args.child
-        print(json.dumps(child(method, int(n), int(batch), int(reps))))
+        print(_bench.child_json(child(method, int(n), int(batch), int(reps))))
         return
 
     record = _bench.header("bench_energy", sys.argv[1:])
