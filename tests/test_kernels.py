@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from heavytail import names
+from heavytail.science import kernels
 from heavytail.science.kernels import KERNEL_NAMES, get_kernel, power_elu_forms
 
 # Every registered kernel, the tests' parametrisation: a new row is tested without editing this file.
@@ -137,3 +138,33 @@ def test_growth_order_in_the_names_table_is_the_kernels(name):
         assert elasticity > 1e29
     else:
         assert elasticity == pytest.approx(order, abs=0.02)
+
+
+@pytest.mark.parametrize("q, name", [(1, "linear_elu"), (2, "squared_elu")])
+def test_power_elu_flash_weights_at_one_and_two_are_table1_bit_for_bit(q, name):
+    """At a q that is a multiple of 1/2 the power ELU's weight (1 + s)^q / (1 + m)^q is a product of the base
+    (no exp(q log base)), so at q = 1, 2 it is Table 1's linear and squared ELU weight exactly, -1e30 to 3e38."""
+    power, table1 = power_elu_forms(q), get_kernel(name)
+    mags = torch.logspace(-30, 38.4, 4001)
+    s = torch.cat([-mags, torch.tensor([-1e30, -0.0, 0.0, 3e38]), mags, torch.linspace(-60, 60, 24001)]).float()
+    for m in (-1e30, -3.0, 0.0, 0.5, 1e4, 3e38):
+        m32 = torch.tensor([m], dtype=torch.float32)
+        log_gm = table1.log_g(m32)
+        below = s[s <= m]
+        assert torch.equal(power.g_ratio(below, log_gm, power.ratio_row(m32, log_gm)),
+                           table1.g_ratio(below, log_gm, table1.ratio_row(m32, log_gm))), m
+
+
+@pytest.mark.parametrize("q", [0.5, 1.5, 3.0, 0.7, 2.5])
+def test_power_elu_weight_products_and_exp_log_agree_with_float64(q):
+    """Both ways of computing b^q (products with at most one square root where 2q is whole, exp(q log b) otherwise)
+    stay within a few float32 ulps of the float64 power over the whole base range (0, 1]."""
+    b = torch.cat([torch.logspace(-38, 0, 20001), torch.rand(10000, generator=torch.Generator().manual_seed(0))])
+    b = b.float().clamp(min=torch.finfo(torch.float32).tiny)
+    got = kernels._base_power(q)(b).double()
+    want = b.double() ** q
+    normal = want > 1e-30
+    # exp(q log b) inherits log b's float32 rounding times q: about q |log b| ulps relative; products: about q.
+    ulps = (q * b.double().log().abs() + 4) * 2.0**-23
+    rel = (got - want).abs() / want
+    assert (rel[normal] <= ulps[normal]).all(), (rel[normal] / ulps[normal]).max()
