@@ -91,3 +91,25 @@ def test_files_of_one_side_are_pooled_round_by_round(tmp_path):
     pooled = data["train_step"]["log_elu N=1024 threads=1"]["after"]
     assert pooled["runs"] == 3 and pooled["rounds"] == 9
     assert abs(pooled["cpu_ratio"] - 1.1) < 1e-9  # the median of 1.1 x 6 rounds and 1.3 x 3
+
+
+def test_the_weight_chain_benchmark_compares_forms_that_compute_the_same_weights():
+    """bench_weight_chains times each kernel's current weight formulas against its former ones: both must give the
+    same flash weights and derivative factors (to float32 round-off), or the ratio compares different attention."""
+    import dataclasses
+
+    import bench_weight_chains
+    import torch
+
+    from heavytail import names
+    from heavytail.science.kernels import get_kernel
+
+    s = torch.cat([torch.linspace(-60, 60, 4001), torch.logspace(-6, 30, 500)])
+    m = s.max().reshape(1)
+    for name in bench_weight_chains.FORMER:
+        now = get_kernel(name)
+        was = dataclasses.replace(now, **bench_weight_chains.former_forms(name, names.KERNEL_ROWS[name].order))
+        log_gm = now.log_g(m)
+        row = now.ratio_row(m, log_gm)
+        torch.testing.assert_close(now.g_ratio(s, log_gm, row), was.g_ratio(s, log_gm, row), rtol=2e-5, atol=1e-30)
+        torch.testing.assert_close(now.dlog_g(s), was.dlog_g(s), rtol=1e-6, atol=0)
