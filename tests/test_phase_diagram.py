@@ -90,6 +90,10 @@ def test_softmax_gap_at_every_regime_needs_every_regime():
     flat = {**grows, ("softmax", "light"): False}
     claim = next(f for f in P.findings(_map(flat)) if f["id"] == "softmax-gap-every-regime")
     assert claim["verdict"] == C.NOT_REPRODUCED and "light: not reproduced" in claim["evidence"]
+    few = _map({("softmax", "paper"): True, ("log_elu", "paper"): False}) + _map(
+        {("softmax", "light"): True, ("log_elu", "light"): False}, seeds=range(3))
+    claim = next(f for f in P.findings(few) if f["id"] == "softmax-gap-every-regime")
+    assert claim["verdict"] == C.UNDECIDED and claim["needs"].startswith("light: 3 seeds"), claim["needs"]
 
 
 # The map's verdict under nulls (seed spread of per-seed slopes like the one-trial-per-step kernel-gap map's:

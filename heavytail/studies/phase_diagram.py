@@ -242,7 +242,8 @@ def _softmax_everywhere(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                    seeds=min((d.estimate.n for d in decisions.values() if d.estimate), default=0),
                    scale=map_extent(runs) if runs else "", evidence=evidence,
                    needs="" if verdict in (C.REPRODUCED, C.NOT_REPRODUCED) else
-                   "the phase map at >= 5 seeds in every regime (params/grid_phase.yaml)",
+                   "; ".join(f"{reg}: {d.reason}" for reg, d in decisions.items()
+                             if d.verdict in (C.UNDECIDED, C.NOT_RUN) and d.reason),
                    decided_by={"notebook": "08_phase_diagram", "section": "The trained phase diagram",
                                "figures": ["phase_curves"]}).to_dict()
 
