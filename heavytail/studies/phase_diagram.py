@@ -194,8 +194,12 @@ def _joint_claim(runs: Sequence[Mapping[str, Any]], reference: str | None) -> di
              C.UNDECIDED: f"every cell decided at 95 % ({len(decided)} of {len(rows)} are); more seeds or N"
                           + (f"; against the prediction at 95 % but not after correcting for {len(rows)} cells: "
                              + ", ".join(f"{k} on {g}" for k, g in weak) if weak else "")}.get(verdict, "")
-    cells_text = "; ".join(f"{r['kernel']} on {r['regime']} (q + 1 = {r['q'] + 1:g} vs a >= {r['a_lo']:.3g}): predicted "
-                           f"{r['predicted']}, {r['verdict']}" for r in rows)
+    # Cells grouped by outcome, each named once; the slopes with their intervals are phase_table's rows.
+    groups = (("against", [r for r in decided if not r["agree"]]), ("agreeing", [r for r in decided if r["agree"]]),
+              ("undecided", [r for r in rows if r["agree"] is None]))
+    cells_text = ". ".join(f"{name.capitalize()}: " + ", ".join(f"{r['kernel']} on {r['regime']} (predicted "
+                                                                  f"{r['predicted']})" for r in group)
+                           for name, group in groups if group) + ". Each cell's slope: notebook 08's per-cell tables"
     if reference is None:
         cid, what, source = ("phase-growth-where-condition-fails", "ratio to the floor", "App. A (beyond the paper)")
     else:
@@ -208,7 +212,7 @@ def _joint_claim(runs: Sequence[Mapping[str, Any]], reference: str | None) -> di
                    evidence=(f"{len(decided)} of {len(rows)} cells decided at 95 %, {len(disagree)} against the "
                              f"prediction" + (f" ({', '.join(f'{k} on {g}' for k, g in against)} at the Bonferroni "
                                               f"level 1 - 0.05/{len(rows)})" if against else "")
-                             + ": " + cells_text) if rows else "", needs=needs,
+                             + ". " + cells_text) if rows else "", needs=needs,
                    decided_by={"notebook": "08_phase_diagram", "section": "The trained phase diagram",
                                "figures": ["phase_diagram" if reference is None else "phase_diagram_gap"]}).to_dict()
 
