@@ -195,7 +195,7 @@ def _joint_claim(runs: Sequence[Mapping[str, Any]], reference: str | None) -> di
                           + (f"; against the prediction at 95 % but not after correcting for {len(rows)} cells: "
                              + ", ".join(f"{k} on {g}" for k, g in weak) if weak else "")}.get(verdict, "")
     # Cells grouped by outcome, each named once; the slopes with their intervals are phase_table's rows.
-    groups = (("against", [r for r in decided if not r["agree"]]), ("agreeing", [r for r in decided if r["agree"]]),
+    groups = (("against", disagree), ("agreeing", [r for r in decided if r["agree"]]),
               ("undecided", [r for r in rows if r["agree"] is None]))
     cells_text = ". ".join(f"{name.capitalize()}: " + ", ".join(f"{r['kernel']} on {r['regime']} (predicted "
                                                                   f"{r['predicted']})" for r in group)
@@ -221,13 +221,9 @@ def _softmax_everywhere(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """'Softmax's gap to log-ELU grows with N at every tail regime': per regime, the growth rule on the per-seed
     slope of log(softmax ratio / log-ELU ratio) on log2 N; reproduced when every regime's is, not reproduced when
     one is shown not to grow, undecided otherwise."""
-    by = cells(runs)
-    regimes = sorted({reg for _, reg in by})
-    decisions = {}
-    for reg in regimes:
-        soft, log = by.get(("softmax", reg), {}), by.get(("log_elu", reg), {})
-        paired = {s: {n: soft[s][n] - log[s][n] for n in soft[s] if n in log.get(s, {})} for s in soft if s in log}
-        decisions[reg] = C.growth_rule(list(C.per_seed_slopes(paired).values()))
+    gaps = cells(runs, REFERENCE)
+    decisions = {reg: C.growth_rule(list(C.per_seed_slopes(gaps.get(("softmax", reg), {})).values()))
+                 for reg in sorted({reg for _, reg in cells(runs)})}
     verdicts = [d.verdict for d in decisions.values()]
     if not decisions or all(v == C.NOT_RUN for v in verdicts):
         verdict = C.NOT_RUN
