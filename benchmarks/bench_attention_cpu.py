@@ -13,8 +13,9 @@ Inputs are ``(1, 1, N, d)`` float32 queries, keys and values with gradients, as 
 (one trial per step, one head). Kernels: every registered one but softmax (``heavytail.names.kernel_names()``,
 so a newly added kernel is benchmarked without editing this file); softmax is the SDPA baseline.
 
-Backends: ``flash`` (the flash-style autograd function with compiled elementwise blocks, what ``auto`` uses on
-CPU), ``flash_eager`` (same, uncompiled), ``tiled`` (the paper's checkpointed query tiles, eager),
+Backends: ``flash`` (the flash-style path as ``auto`` runs it on CPU: the fused C++ loop of
+``heavytail.science.flash_native`` for kernels with a native chain), ``flash_passes`` (the same algorithm as
+compiled tile passes, what kernels without a native chain run), ``flash_eager`` (the passes uncompiled), ``tiled`` (the paper's checkpointed query tiles, eager),
 ``tiled_compiled`` (the same under torch.compile), ``dense`` (reference, quadratic memory; skipped above
 --max-dense-n).
 
@@ -37,7 +38,7 @@ import _bench
 
 from heavytail import names
 
-ALL_BACKENDS = ("flash", "flash_eager", "tiled", "tiled_compiled", "dense")
+ALL_BACKENDS = ("flash", "flash_passes", "flash_eager", "tiled", "tiled_compiled", "dense")
 BASELINE = "sdpa"
 
 
@@ -66,9 +67,10 @@ def _step_fn(variant: str, q, k, v, go):
         kernel, backend = variant.split("/")
         name, _, option = backend.partition("_")
         compiled = {"tiled": option == "compiled", "flash": option != "eager", "dense": None}[name]
+        native = False if option in ("passes", "eager") else None
 
         def attend():
-            return kernel_attention(q, k, v, kernel, backend=name, compiled=compiled)
+            return kernel_attention(q, k, v, kernel, backend=name, compiled=compiled, native=native)
 
     def step():
         attend().backward(go)

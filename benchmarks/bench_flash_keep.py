@@ -1,4 +1,4 @@
-"""The flash path's one-tile threshold, measured: forward+backward with the whole score matrix in one tile and the
+"""The compiled passes' one-tile threshold, measured: forward+backward with the whole score matrix in one tile and the
 weights kept for backward, against the same call on cache-sized tiles that backward recomputes
 (``heavytail.science.flash_attention.KEEP_ELEMENTS``), interleaved in one process, one thread, ``(1, N, d)``.
 
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
             def call(keep: int, qkv=(q, k, v), kernel=kernel):
                 def fn():
                     F.KEEP_ELEMENTS = keep
-                    F.flash(*qkv, kernel, 2**62, True).sum().backward()
+                    F.flash(*qkv, kernel, 2**62, True, native=False).sum().backward()
                 return fn
 
             times = _bench.interleaved({"tiles": call(0), "kept": call(n * n)}, args.rounds)

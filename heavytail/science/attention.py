@@ -21,7 +21,9 @@ Backends (``BACKENDS``), all for non-causal ``(B, H, N, d)`` queries and ``(B, H
   for a CPU core's L2, each tile's pass one compiled graph; only the output and three numbers per
   query row are stored, and backward recomputes the scores tile by tile with the hand-written
   derivative ``Kernel.dlog_g``. When one tile holds all N x L scores, the weights are kept instead
-  and backward recomputes nothing. Memory linear in N. It lives in :mod:`heavytail.science.flash_attention`.
+  and backward recomputes nothing. Memory linear in N. It lives in :mod:`heavytail.science.flash_attention`;
+  for float32 on CPU and a kernel with a native weight chain (``Kernel.native``: every kernel registered
+  today) the same algorithm runs as one fused C++ loop, :mod:`heavytail.science.flash_native`.
 - ``"flex"``: ``torch.nn.attention.flex_attention`` (compiled) with ``score_mod = log g`` (the
   score it receives is already scaled by 1/sqrt(d)) and an all-True block mask of 128-blocks
   (without one, CPU flex treats the sequence as one block: +1 GiB per thread at N = 16384). On
@@ -207,14 +209,16 @@ class Candidate:
     """One way ``"auto"`` may run eq. 7: a backend of ``BACKENDS`` and its options.
 
     ``label`` names it in logs and run records (``"flex:blocks64"`` is flex with smaller Triton blocks,
-    ``"flash:eager"`` the flash path without its compiled blocks); ``kernel_options`` are flex's, as
-    sorted ``(key, value)`` pairs; ``compiled`` overrides ``kernel_attention``'s argument when set.
+    ``"flash:eager"`` the flash path without its compiled blocks, ``"flash:native"`` its fused C++ loop);
+    ``kernel_options`` are flex's, as sorted ``(key, value)`` pairs; ``compiled`` overrides ``kernel_attention``'s
+    argument when set; ``native`` is :func:`~heavytail.science.flash_attention.flash`'s.
     """
 
     label: str
     backend: str
     kernel_options: tuple[tuple[str, object], ...] | None = None
     compiled: bool | None = None
+    native: bool | None = None
 
 
 def auto_candidates(kernel: str | Kernel, device: torch.device | str, dtype: torch.dtype) -> tuple[Candidate, ...]:
@@ -225,8 +229,9 @@ def auto_candidates(kernel: str | Kernel, device: torch.device | str, dtype: tor
     - other kernels on CUDA in float32/bf16/fp16: ``"flex"`` with autotuned Triton blocks, flex with
       the smaller blocks of ``FLEX_KERNEL_OPTIONS`` (when the GPU's shared memory or the lowering
       refuses the defaults), then the hand-written ``"flash"`` path, then checkpointed ``"tiled"``.
-    - other kernels on CPU, or float64 anywhere: ``"flash"`` (compiled blocks), ``"flash"`` eager (no
-      C++ compiler), ``"tiled"``. On CPU flex has no backward, and for forward-only use its one-off
+    - other kernels on CPU, or float64 anywhere: ``"flash:native"`` (the fused C++ loop, for float32 on CPU and
+      a kernel with a native chain), ``"flash"`` (compiled blocks), ``"flash"`` eager (no C++ compiler),
+      ``"tiled"``. On CPU flex has no backward, and for forward-only use its one-off
       compile (tens of seconds) outweighs its speed-up unless many calls follow; pass
       ``backend="flex"`` explicitly for long CPU inference. ``benchmarks/bench_attention_cpu.py``
       holds the measurements behind this order.
@@ -235,7 +240,10 @@ def auto_candidates(kernel: str | Kernel, device: torch.device | str, dtype: tor
     device = torch.device(device)
     if names.backend_refusal("sdpa", kernel.name) is None:  # a fused library kernel computes it
         return (Candidate("sdpa", "sdpa"), Candidate("tiled", "tiled"))
-    tail = (Candidate("flash", "flash"), Candidate("flash:eager", "flash", compiled=False), Candidate("tiled", "tiled"))
+    tail = (Candidate("flash", "flash", native=False), Candidate("flash:eager", "flash", compiled=False),
+            Candidate("tiled", "tiled"))
+    if device.type == "cpu" and dtype == torch.float32 and kernel.native is not None:
+        tail = (Candidate("flash:native", "flash", native=True),) + tail
     if device.type == "cuda" and dtype in (torch.float32, torch.bfloat16, torch.float16):
         flex = tuple(
             Candidate(label, "flex", None if opts is None else tuple(sorted(opts.items())))
@@ -284,10 +292,13 @@ def _note(kernel: Kernel, q: Tensor, needs_grad: bool, label: str, reason: str) 
             entry["reason"] += f"; {reason}"
 
 
-def _run(cand: Candidate, q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_elements: int, compiled: bool | None):
+def _run(cand: Candidate, q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_elements: int, compiled: bool | None,
+         native: bool | None = None):
     backend = cand.backend
     if cand.compiled is not None:
         compiled = cand.compiled
+    if cand.native is not None:
+        native = cand.native
     refusal = names.backend_refusal(backend, kernel.name)
     if refusal is not None:
         raise ValueError(f"backend={backend!r} {refusal}")
@@ -307,7 +318,7 @@ def _run(cand: Candidate, q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_
         elif backend == "tiled":
             out = _tiled(q, k, v, kernel, tile_elements, bool(compiled))
         else:
-            out = flash(q, k, v, kernel, tile_elements, compiled is not False)
+            out = flash(q, k, v, kernel, tile_elements, compiled is not False, native)
     return out.to(dtype)
 
 
@@ -367,6 +378,7 @@ def kernel_attention(
     backend: str = "auto",
     tile_elements: int = DEFAULT_TILE_ELEMENTS,
     compiled: bool | None = None,
+    native: bool | None = None,
 ) -> Tensor:
     """Non-causal kernel attention, eq. 7 with the scaling of eq. 1, ``softmax(log g(S)) v``.
 
@@ -378,9 +390,13 @@ def kernel_attention(
         backend: one of ``BACKENDS``.
         tile_elements: score elements per tile for ``"tiled"``, and at most that many for ``"flash"`` (whose
             tiles are also capped at ``flash_attention.FLASH_TILE_ELEMENTS``, sized for the CPU cache).
-        compiled: use ``torch.compile`` inside ``"flash"`` (one graph per pass over a tile) or
-            ``"tiled"`` (each tile, as the paper did on GPU). ``None``: flash compiled, tiled eager.
-            The first call per kernel, dtype and tile shape pays the compile (seconds on CPU).
+        compiled: use compiled code inside ``"flash"`` (the fused C++ loop of
+            :mod:`heavytail.science.flash_native` where the kernel has a native chain on a float32 CPU call, else
+            one ``torch.compile`` graph per pass over a tile) or ``"tiled"`` (each tile, as the paper did on GPU).
+            ``None``: flash compiled, tiled eager. The first call per kernel, dtype and tile shape pays the compile
+            (seconds on CPU; the C++ loop is built once per machine, about a minute).
+        native: for ``"flash"``: True requires the fused C++ loop, False keeps the compiled passes, None (default)
+            takes the loop where it can run (``"auto"`` tries it first on CPU float32 and records which ran).
 
     Returns:
         ``(B, H, N, d_v)`` in the dtype of ``q``.
@@ -399,4 +415,4 @@ def kernel_attention(
     if backend == "auto":
         return _auto(q, k, v, kernel, tile_elements, compiled, needs_grad)
     _note(kernel, q, needs_grad, backend, "requested")
-    return _run(Candidate(backend, backend), q, k, v, kernel, tile_elements, compiled)
+    return _run(Candidate(backend, backend), q, k, v, kernel, tile_elements, compiled, native)

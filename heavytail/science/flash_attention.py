@@ -29,6 +29,7 @@ import types
 import torch
 from torch import Tensor
 
+from heavytail.science import flash_native
 from heavytail.science.kernels import Kernel
 
 # Scores per tile, summed over the batch. Measured on a 2-core Xeon (2 MiB L2 per core, shared with other jobs),
@@ -256,12 +257,25 @@ class _FlashKernelAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-def flash(q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_elements: int, compiled: bool) -> Tensor:
-    """Eq. 7 with the flash-style backward: ``(..., N, d), (..., L, d), (..., L, d_v) -> (..., N, d_v)``; tiles hold
-    at most ``min(tile_elements, FLASH_TILE_ELEMENTS)`` scores."""
+def flash(q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_elements: int, compiled: bool,
+          native: bool | None = None) -> Tensor:
+    """Eq. 7 with the flash-style backward: ``(..., N, d), (..., L, d), (..., L, d_v) -> (..., N, d_v)``.
+
+    ``native``: True runs the fused C++ loop of :mod:`heavytail.science.flash_native` (raises where it cannot),
+    False never does, None (the default) does when ``compiled`` and the kernel, dtype and machine allow it. The
+    compiled passes' tiles hold at most ``min(tile_elements, FLASH_TILE_ELEMENTS)`` scores."""
     n, l, dv = q.shape[-2], k.shape[-2], v.shape[-1]
     lead = q.shape[:-2]
     batch = math.prod(lead)
+    if native or (native is None and compiled):
+        q3, k3, v3 = (t.reshape(batch, -1, t.shape[-1]) for t in (q, k, v))
+        out = flash_native.native_flash(q3, k3, v3, kernel)
+        if out is not None:
+            return out.reshape(*lead, n, dv)
+        if native:
+            raise RuntimeError(f"native flash attention cannot run kernel {kernel.name!r} on {q.device} {q.dtype} "
+                               f"here (native chain {kernel.native}; switched on: {flash_native.enabled()}; built: "
+                               f"{flash_native.extension() is not None})")
     if batch * n * l <= min(tile_elements, KEEP_ELEMENTS):
         bq, bk = n, l  # one tile: the weights are kept when a gradient is needed
     else:

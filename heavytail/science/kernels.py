@@ -54,6 +54,7 @@ class Forms:
     dlog_g: Callable[[Tensor], Tensor]
     g_ratio: Callable[[Tensor, Tensor, Tensor], Tensor]
     ratio_row: Callable[[Tensor, Tensor], Tensor]
+    native: tuple[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ class Kernel:
         ratio_row: the per-row term ``g_ratio`` needs, ``(..., N, 1) -> (..., N, 1)``, computed once per
             row so that no transcendental function of ``m`` is evaluated once per score.
         growth: growth of the positive branch as ``s -> inf`` (the row's; last column of Table 1).
+        native: the C++ weight chain that computes ``g_ratio`` and ``dlog_g`` in
+            :mod:`heavytail.science.flash_native`, as ``(chain, order)``: ``("exp", 1)`` softmax, ``("power", q)``
+            (1 + elu(s))^q, ``("log_elu", 0)``; None for a kernel without one (it runs on the compiled passes).
     """
 
     name: str
@@ -82,6 +86,7 @@ class Kernel:
     g_ratio: Callable[[Tensor, Tensor, Tensor], Tensor]
     ratio_row: Callable[[Tensor, Tensor], Tensor]
     growth: str
+    native: tuple[str, float] | None = None
 
 
 def _split(s: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -258,15 +263,16 @@ def power_elu_forms(q: float) -> Forms:
         pos, sp, sn = _split(s)
         return torch.where(pos, power((1.0 + sp) / row), torch.exp(q * sn - log_gm))
 
-    return Forms(g, log_g, dlog_g, g_ratio, _elu_ratio_row)
+    return Forms(g, log_g, dlog_g, g_ratio, _elu_ratio_row, ("power", q))
 
 
 # The hand-written kernels, by their name in heavytail.names.KERNEL_ROWS (the rows say which kernels exist).
+# ``native`` names the chain of heavytail/science/flash_native.cpp that computes the same g_ratio and dlog_g.
 FORMS: dict[str, Forms] = {
-    "softmax": Forms(_softmax_g, _softmax_log_g, _softmax_dlog_g, _softmax_g_ratio, _no_row),
-    "squared_elu": Forms(_sq_g, _sq_log_g, _sq_dlog_g, _sq_g_ratio, _elu_ratio_row),
-    "linear_elu": Forms(_lin_g, _lin_log_g, _lin_dlog_g, _lin_g_ratio, _elu_ratio_row),
-    "log_elu": Forms(_loge_g, _loge_log_g, _loge_dlog_g, _loge_g_ratio, _loge_ratio_row),
+    "softmax": Forms(_softmax_g, _softmax_log_g, _softmax_dlog_g, _softmax_g_ratio, _no_row, ("exp", 1.0)),
+    "squared_elu": Forms(_sq_g, _sq_log_g, _sq_dlog_g, _sq_g_ratio, _elu_ratio_row, ("power", 2.0)),
+    "linear_elu": Forms(_lin_g, _lin_log_g, _lin_dlog_g, _lin_g_ratio, _elu_ratio_row, ("power", 1.0)),
+    "log_elu": Forms(_loge_g, _loge_log_g, _loge_dlog_g, _loge_g_ratio, _loge_ratio_row, ("log_elu", 0.0)),
 }
 # Table 1's kernels in its order, what the paper's notebooks iterate; every registered one: names.kernel_names().
 KERNEL_NAMES: tuple[str, ...] = names.KERNELS
@@ -300,4 +306,4 @@ def _build(name: str, row: names.KernelRow, forms: Forms | None) -> Kernel:
             raise ValueError(f"kernel {name!r} has a row in heavytail.names but no functions: add them to "
                              "heavytail.science.kernels.FORMS or give the row a closed form")
         forms = power_elu_forms(row.order)
-    return Kernel(name, forms.g, forms.log_g, forms.dlog_g, forms.g_ratio, forms.ratio_row, row.growth)
+    return Kernel(name, forms.g, forms.log_g, forms.dlog_g, forms.g_ratio, forms.ratio_row, row.growth, forms.native)
