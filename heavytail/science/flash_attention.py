@@ -10,7 +10,10 @@ online rescaling. Backward recomputes S per tile and uses d log g (:attr:`Kernel
 
 Only per-row statistics (log g(m), the kernel's ``ratio_row``, 1 / sum) are kept between the passes, so memory
 is O(tile) instead of O(N x L); when the whole score matrix is small (``KEEP_ELEMENTS``) it is one tile and the
-weights are kept instead, so backward recomputes nothing. :mod:`heavytail.science.attention` dispatches to :func:`flash`.
+weights are kept instead, so backward recomputes nothing. :mod:`heavytail.science.attention` dispatches to :func:`flash`,
+which hands float32 CPU calls of a kernel with a native chain to the fused C++ loop of
+:mod:`heavytail.science.flash_native` (the same algorithm without a library call per tile) and runs the passes
+below for everything else.
 
 Each pass over one tile is one ``torch.compile`` graph (inductor, C++ on CPU): the score matmul(s), the kernel's
 elementwise chain with its row reductions, and the matmuls that consume the tile, so a tile is read while it is
