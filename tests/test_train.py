@@ -118,15 +118,16 @@ def test_a_run_records_its_attention_backend_and_matmul_precision(tmp_path):
 
     cfg = RunConfig.from_dict(TINY, steps=3, kernel="log_elu", attention_backend="auto", precision="bf16")
     run = train(cfg, tmp_path / "run", quiet=True)
-    assert {row["attention_backend"] for row in training_log(run)} == {"flash"}  # what "auto" ran on CPU
+    # what "auto" ran on CPU: the fused C++ flash loop (bf16 calls compute attention in float32)
+    assert {row["attention_backend"] for row in training_log(run)} == {"flash:native"}
     trained = load_json(run / "train_summary.json")["runtime"]
-    assert trained["attention_backend"] == "flash" and trained["autocast_dtype"] == "bfloat16"
-    assert trained["attention"]["log_elu cpu bfloat16 train"]["backend"] == "flash"
+    assert trained["attention_backend"] == "flash:native" and trained["autocast_dtype"] == "bfloat16"
+    assert trained["attention"]["log_elu cpu bfloat16 train"]["backend"] == "flash:native"
     assert trained["device"] == "cpu" and trained["tf32_matmul"] is False and trained["torch"] == torch.__version__
     res = evaluate(run, quiet=True)
     assert res["runtime"]["training"] == trained
     assert res["runtime"]["evaluation"]["autocast_dtype"] is None  # evaluation is float32 (Table 3)
-    assert res["runtime"]["evaluation"]["attention_backend"] == "flash"
+    assert res["runtime"]["evaluation"]["attention_backend"] == "flash:native"
 
 
 def test_tf32_is_set_for_cuda_runs_and_restored():

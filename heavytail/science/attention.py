@@ -229,8 +229,8 @@ def auto_candidates(kernel: str | Kernel, device: torch.device | str, dtype: tor
     - other kernels on CUDA in float32/bf16/fp16: ``"flex"`` with autotuned Triton blocks, flex with
       the smaller blocks of ``FLEX_KERNEL_OPTIONS`` (when the GPU's shared memory or the lowering
       refuses the defaults), then the hand-written ``"flash"`` path, then checkpointed ``"tiled"``.
-    - other kernels on CPU, or float64 anywhere: ``"flash:native"`` (the fused C++ loop, for float32 on CPU and
-      a kernel with a native chain), ``"flash"`` (compiled blocks), ``"flash"`` eager (no C++ compiler),
+    - other kernels on CPU, or float64 anywhere: ``"flash:native"`` (the fused C++ loop, on CPU for a kernel with
+      a native chain computed in float32, which bf16 and fp16 calls are too), ``"flash"`` (compiled blocks), ``"flash"`` eager (no C++ compiler),
       ``"tiled"``. On CPU flex has no backward, and for forward-only use its one-off
       compile (tens of seconds) outweighs its speed-up unless many calls follow; pass
       ``backend="flex"`` explicitly for long CPU inference. ``benchmarks/bench_attention_cpu.py``
@@ -242,7 +242,7 @@ def auto_candidates(kernel: str | Kernel, device: torch.device | str, dtype: tor
         return (Candidate("sdpa", "sdpa"), Candidate("tiled", "tiled"))
     tail = (Candidate("flash", "flash", native=False), Candidate("flash:eager", "flash", compiled=False),
             Candidate("tiled", "tiled"))
-    if device.type == "cpu" and dtype == torch.float32 and kernel.native is not None:
+    if device.type == "cpu" and _compute_dtype(dtype) == torch.float32 and kernel.native is not None:
         tail = (Candidate("flash:native", "flash", native=True),) + tail
     if device.type == "cuda" and dtype in (torch.float32, torch.bfloat16, torch.float16):
         flex = tuple(
