@@ -67,8 +67,9 @@ def extension():
         from torch.utils.cpp_extension import load
 
         _log.info("loading native flash attention %s (built once per machine, about a minute)", name)
-        flags = ["-O3", "-ffp-contract=off", *isa, f"-DCPU_CAPABILITY={capability}"]
-        return load(name, [str(SOURCE)], extra_cflags=flags, verbose=False)
+        # -fopenmp: at::parallel_for is OpenMP in torch's CPU build; without it the loop runs on one thread.
+        flags = ["-O3", "-ffp-contract=off", "-fopenmp", *isa, f"-DCPU_CAPABILITY={capability}"]
+        return load(name, [str(SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as exc:  # no compiler, no headers, a failed build: the compiled passes stand in
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         _log.warning("native flash attention unavailable (%s: %s); using the compiled tile passes",
