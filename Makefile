@@ -35,11 +35,11 @@ help:
 $(PY):
 	$(PYTHON) -m venv $(ENV)
 
+# The last step builds the fused C++ flash loop once per machine, here rather than inside the first training run
+# (about a minute); where it cannot build, a warning says why and attention runs on the compiled passes.
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install $(TORCH_SPEC)
 	$(PY) -m pip install -e '.[$(EXTRAS)]'
-	# The fused C++ flash loop, built once per machine here rather than inside the first training run (about a
-	# minute); where it cannot build, a warning says why and attention runs on the compiled passes.
 	$(PY) -c "from heavytail.science import flash_native; flash_native.extension()"
 	touch $@
 
