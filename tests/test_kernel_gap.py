@@ -175,6 +175,14 @@ def test_cross_check_tests_distributions_not_equality():
     # a consistent shift of 20 % (four times the seeds' spread here) is a different distribution
     far = [dict(r, median=dict(r["median"], ratio=r["median"]["ratio"] * 1.2)) for r in own]
     assert K.cross_check(far, design)["agree"] is False
+    # a map trained before a setting existed (its configs lack the key) is compared at that setting's default
+    # (the shipped design map predates tail_regime; the report's runs record it as "paper")
+    older = [dict(r, config={k: v for k, v in r["config"].items() if k != "tail_regime"}) for r in design]
+    assert all("tail_regime" in r["config"] for r in own)
+    matched = K.cross_check(own, older)
+    assert all(row["map"] != "not in the map" for row in matched["rows"]) and matched["agree"] is True
+    elsewhere = [dict(r, config=dict(r["config"], tail_regime="light")) for r in own]
+    assert all(row["map"] == "not in the map" for row in K.cross_check(elsewhere, older)["rows"])
 
 
 def test_windowed_share_counts_collapsed_logged_steps_per_window():

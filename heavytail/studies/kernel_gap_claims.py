@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from scipy import stats
 
+from heavytail.harness.config import RunConfig
 from heavytail.studies import claims as C
 from heavytail.studies.kernel_gap import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, Cell, cells, collapsed_fraction_at,
                                           collapsed_steps,
@@ -218,8 +219,12 @@ def cross_check(own: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[st
     sum of the cells' U against its null mean and variance), two-sided. The runs agree when p >= 0.05.
     Rounding differs between machines and training amplifies it, so seed-by-seed equality is not expected;
     the distribution over seeds is."""
+    defaults = RunConfig().to_dict()
+
     def key(r):
-        return tuple(sorted((k, repr(v)) for k, v in r["config"].items()
+        # A setting added after a map was trained is absent from its runs' configs and took its default then.
+        config = {**defaults, **r["config"]}
+        return tuple(sorted((k, repr(v)) for k, v in config.items()
                             if k not in ("seed", "device", "eval_batch_trials", "checkpoint_every", "log_every")))
     ref: dict[tuple, list[float]] = {}
     for r in reference:
