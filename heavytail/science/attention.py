@@ -230,8 +230,8 @@ def auto_candidates(kernel: str | Kernel, device: torch.device | str, dtype: tor
       the smaller blocks of ``FLEX_KERNEL_OPTIONS`` (when the GPU's shared memory or the lowering
       refuses the defaults), then the hand-written ``"flash"`` path, then checkpointed ``"tiled"``.
     - other kernels on CPU, or float64 anywhere: ``"flash:native"`` (the fused C++ loop, on CPU for a kernel with
-      a native chain computed in float32, which bf16 and fp16 calls are too), ``"flash"`` (compiled blocks), ``"flash"`` eager (no C++ compiler),
-      ``"tiled"``. On CPU flex has no backward, and for forward-only use its one-off
+      a native chain computed in float32, which bf16 and fp16 calls are too), ``"flash"`` (compiled blocks),
+      ``"flash"`` eager (no C++ compiler), ``"tiled"``. On CPU flex has no backward, and for forward-only use its one-off
       compile (tens of seconds) outweighs its speed-up unless many calls follow; pass
       ``backend="flex"`` explicitly for long CPU inference. ``benchmarks/bench_attention_cpu.py``
       holds the measurements behind this order.
