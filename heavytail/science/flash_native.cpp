@@ -134,10 +134,25 @@ inline Vec vrcp(Vec v) {
   return Vec(_mm512_mask_mov_ps(out, _mm512_cmp_ps_mask(x, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ),
                                 _mm512_setzero_ps()));
 }
+
+// The two sides of a score, max(s, 0) and min(s, 0), the mask s > 0, and a blend by it, in one instruction each
+// (at::vec's maximum / minimum add a NaN check, and its comparisons widen the mask to a vector and back).
+// vmaxps / vminps return their second operand when either is NaN, so a NaN score stays NaN on both sides.
+using Mask = __mmask16;
+inline Vec pos_part(Vec s) { return Vec(_mm512_max_ps(_mm512_setzero_ps(), s)); }
+inline Vec neg_part(Vec s) { return Vec(_mm512_min_ps(_mm512_setzero_ps(), s)); }
+inline Mask positive(Vec s) { return _mm512_cmp_ps_mask(s, _mm512_setzero_ps(), _CMP_GT_OQ); }
+inline Vec select(Mask pos, Vec if_pos, Vec if_not) { return Vec(_mm512_mask_blend_ps(pos, if_not, if_pos)); }
 #else
 inline Vec vexp(Vec x) { return x.exp(); }
 inline Vec vlog(Vec x) { return x.log(); }
 inline Vec vrcp(Vec x) { return Vec(1.f) / x; }
+
+using Mask = Vec;
+inline Vec pos_part(Vec s) { return at::vec::maximum(s, Vec(0.f)); }
+inline Vec neg_part(Vec s) { return at::vec::minimum(s, Vec(0.f)); }
+inline Mask positive(Vec s) { return s > Vec(0.f); }
+inline Vec select(Mask pos, Vec if_pos, Vec if_not) { return Vec::blendv(if_not, if_pos, pos); }
 #endif
 
 struct RowTerms {
@@ -168,30 +183,31 @@ template <class F>
 inline Vec ratio(float q, Vec s, const RowTerms& r) {
   constexpr int C = F::C;
   if (C == EXP) return vexp(s - r.lg);
-  const Vec zero(0.f), one(1.f);
-  const Vec sp = at::vec::maximum(s, zero), sn = at::vec::minimum(s, zero);
-  if (C == POWER) return Vec::blendv(vexp(Vec(q) * sn - r.lg), power<F::halves>(q, (one + sp) * r.inv_row), s > zero);
-  return Vec::blendv(vrcp(one - sn), vlog(one + sp) + one, s > zero) * r.row;
+  const Vec one(1.f);
+  const Vec sp = pos_part(s), sn = neg_part(s);
+  const Mask pos = positive(s);
+  if (C == POWER) return select(pos, power<F::halves>(q, (one + sp) * r.inv_row), vexp(Vec(q) * sn - r.lg));
+  return select(pos, vlog(one + sp) + one, vrcp(one - sn)) * r.row;
 }
 
 // g(s) / g(m) and d log g(s) together, sharing their terms (log-ELU: one log and one division per score).
 template <class F>
 inline Vec ratio_dlog(float q, Vec s, const RowTerms& r, Vec& dlog) {
   constexpr int C = F::C;
-  const Vec zero(0.f), one(1.f);
+  const Vec one(1.f);
   if (C == EXP) {
     dlog = one;
     return vexp(s - r.lg);
   }
-  const Vec sp = at::vec::maximum(s, zero), sn = at::vec::minimum(s, zero);
-  const Vec pos = s > zero, base = one + sp;
+  const Vec sp = pos_part(s), sn = neg_part(s), base = one + sp;
+  const Mask pos = positive(s);
   if (C == POWER) {
     dlog = Vec(q) * vrcp(base);  // q / (1 + s); q on the negative branch, where the base is 1
-    return Vec::blendv(vexp(Vec(q) * sn - r.lg), power<F::halves>(q, base * r.inv_row), pos);
+    return select(pos, power<F::halves>(q, base * r.inv_row), vexp(Vec(q) * sn - r.lg));
   }
   const Vec lg1 = vlog(base) + one;
-  dlog = vrcp(Vec::blendv(one - sn, base * lg1, pos));  // 1 / (1 - s), or 1 / ((1 + s)(1 + log(1 + s)))
-  return Vec::blendv(dlog, lg1, pos) * r.row;
+  dlog = vrcp(select(pos, base * lg1, one - sn));  // 1 / (1 - s), or 1 / ((1 + s)(1 + log(1 + s)))
+  return select(pos, lg1, dlog) * r.row;
 }
 
 inline float hmax(Vec v) {
