@@ -9,7 +9,8 @@ Every profiled op's own (self) CPU time is attributed to
   model's forward, the energy distance (eq. 10; value and gradient are both computed in its forward), attention
   backward (the autograd node of the flash path or of SDPA), the rest of the backward, gradient clipping, the
   AdamW step, and anything else;
-- a class of op: matmul (``mm``/``bmm``/``addmm``/``baddbmm``), SDPA's fused kernel, compiled elementwise
+- a class of op: matmul (``mm``/``bmm``/``addmm``/``baddbmm``), SDPA's fused kernel, the fused C++ flash loop
+  (``heavytail.science.flash_native``: scores, weight chains and products in one call), compiled elementwise
   (inductor graphs: the kernel's ``log g`` / ``g`` / ``dlog g`` chains), torch.compile's per-call dispatch (guards,
   wrappers), allocation and fills (``empty*``, ``zeros*``, ``fill_``, ``zero_``), and other eager ops.
 
@@ -42,12 +43,13 @@ import _bench
 
 REGIONS = ("data", "attention forward", "model forward (rest)", "energy distance", "attention backward",
            "backward (rest)", "clip", "optimizer", "other")
-CLASSES = ("matmul", "sdpa kernel", "compiled elementwise", "compile dispatch", "alloc+fill", "other ops")
+CLASSES = ("matmul", "sdpa kernel", "native flash loop", "compiled elementwise", "compile dispatch", "alloc+fill",
+           "other ops")
 _MATMUL = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
 _ALLOC = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::zeros", "aten::zeros_like", "aten::zero_",
           "aten::fill_", "aten::new_empty", "aten::new_zeros", "aten::full", "aten::ones_like", "aten::full_like",
           "aten::new_empty_strided", "aten::resize_"}
-_ATTN_BACKWARD = ("_FlashKernelAttentionBackward", "ScaledDotProductFlashAttentionForCpuBackward", "CheckpointFunction")
+_ATTN_BACKWARD = ("_FlashKernelAttentionBackward", "_NativeFlashBackward", "ScaledDotProductFlashAttentionForCpuBackward", "CheckpointFunction")
 
 
 def _op_class(name: str) -> str:
@@ -55,6 +57,8 @@ def _op_class(name: str) -> str:
         return "matmul"
     if name.startswith("aten::_scaled_dot_product_flash_attention"):
         return "sdpa kernel"
+    if name.startswith("heavytail::native_flash"):
+        return "native flash loop"
     if name.startswith("## Call CompiledFxGraph"):
         return "compiled elementwise"
     if name.startswith(("Torch-Compiled Region", "TorchDynamo", "Pregraph bytecode", "CompiledFunction",
@@ -134,7 +138,8 @@ def _per_score_costs(n: int, d: int, kernels: list[str], reps: int = 30) -> dict
     does per score: the score matmul q k^T, the weights' matmul A v, SDPA's whole forward+backward on (1, 1, n, d)
     (per score, for scale), and per kernel the flash path's fused elementwise chains (forward: row maximum,
     g(S)/g(m), row sum; backward: the weights again, (log g)', dS), compiled as the flash path compiles them, and
-    the transcendental functions they are built from, eager."""
+    the transcendental functions they are built from, eager; and per kernel the fused C++ loop's whole
+    forward+backward on (1, n, d), as SDPA's."""
     import torch
     import torch.nn.functional as F
 
@@ -163,8 +168,13 @@ def _per_score_costs(n: int, d: int, kernels: list[str], reps: int = 30) -> dict
     x = s.abs()
     for name, fn in (("exp", torch.exp), ("log", torch.log), ("log1p", torch.log1p), ("reciprocal", torch.reciprocal)):
         out[f"eager {name}"] = cost(lambda fn=fn: fn(x), el)
+    from heavytail.science import flash_native
+
     for name in kernels:
         kern = get_kernel(name)
+        if flash_native.native_flash(q4[0], k4[0], v4[0], kern) is not None:
+            out[f"{name} C++ loop fwd+bwd (all of it)"] = cost(
+                lambda kern=kern: flash_native.native_flash(q4[0], k4[0], v4[0], kern).backward(go[0]), n * n)
 
         def fwd(s, kern=kern):
             m = s.amax(-1, keepdim=True) * scale
@@ -331,14 +341,18 @@ def _markdown(record: dict, passes: list[dict]) -> str:
                          f"A v kind) take about {mm:.2f}; with each kernel's fused elementwise chains the floor "
                          "(no dispatch, no cache misses) is:")
             lines.append("")
-            lines.append("| kernel | forward chain ns | backward chain ns | floor ns/score | floor x SDPA |")
-            lines.append("|---|---:|---:|---:|---:|")
+            lines.append("| kernel | forward chain ns | backward chain ns | floor ns/score | floor x SDPA | "
+                         "C++ loop fwd+bwd ns/score | C++ loop x SDPA |")
+            lines.append("|---|---:|---:|---:|---:|---:|---:|")
+            sdpa = ps["SDPA fwd+bwd (all of it)"]
             for k in kernels:
                 if f"{k} forward chain" not in ps:
                     continue
                 f_, b_ = ps[f"{k} forward chain"], ps[f"{k} backward chain"]
-                lines.append(f"| {k} | {f_:.2f} | {b_:.2f} | {mm + f_ + b_:.2f} | "
-                             f"{(mm + f_ + b_) / ps['SDPA fwd+bwd (all of it)']:.2f} |")
+                loop = ps.get(f"{k} C++ loop fwd+bwd (all of it)")
+                loop_cells = f"{loop:.2f} | {loop / sdpa:.2f}" if loop is not None else "- | -"
+                lines.append(f"| {k} | {f_:.2f} | {b_:.2f} | {mm + f_ + b_:.2f} | {(mm + f_ + b_) / sdpa:.2f} | "
+                             f"{loop_cells} |")
             lines.append("")
             for k in kernels:
                 cells, base = point["cells"][k], point["cells"][kernels[0]]

@@ -216,3 +216,14 @@ def test_auto_tries_the_native_loop_first_on_cpu_float32_and_records_it(ext):
     with attention.recording_backends() as record:
         kernel_attention(q, k, v, "squared_elu").sum().backward()
     assert record["squared_elu cpu float32 train"]["backend"] == "flash:native"
+
+
+def test_the_loop_is_named_for_the_profiler(ext):
+    # benchmarks/profile_step.py attributes the C++ loop's time by these names (it is no aten op of its own).
+    from torch.profiler import ProfilerActivity, profile
+
+    x = [t.float().requires_grad_() for t in _inputs((1, 100, 16))]
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        flash_native.native_flash(*x, get_kernel("log_elu")).sum().backward()
+    seen = {e.name for e in prof.events()}
+    assert {flash_native.PROFILE_FORWARD, flash_native.PROFILE_BACKWARD} <= seen

@@ -95,6 +95,8 @@ inline Vec vexp(Vec v) {
   return Vec(_mm512_scalef_ps(y, n));
 }
 
+// Guards = false: for 1 <= x < inf only (the log-ELU's 1 + s), without the two checks for log 0 and log inf.
+template <bool Guards = true>
 inline Vec vlog(Vec v) {
   // For x > 0, denormals included (getexp / getmant normalize them): x = 2^e m with m in [sqrt(1/2), sqrt(2)).
   const __m512 x = v;
@@ -119,6 +121,7 @@ inline Vec vlog(Vec v) {
   y = _mm512_fnmadd_ps(z, _mm512_set1_ps(0.5f), y);
   __m512 out = _mm512_add_ps(f, y);
   out = _mm512_fmadd_ps(e, _mm512_set1_ps(0.693359375f), out);
+  if constexpr (!Guards) return Vec(out);
   // log inf = inf and log 0 = -inf, which the polynomial would turn into NaN.
   out = _mm512_mask_mov_ps(out, _mm512_cmp_ps_mask(x, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ), x);
   return Vec(_mm512_mask_mov_ps(out, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ),
@@ -145,6 +148,7 @@ inline Mask positive(Vec s) { return _mm512_cmp_ps_mask(s, _mm512_setzero_ps(), 
 inline Vec select(Mask pos, Vec if_pos, Vec if_not) { return Vec(_mm512_mask_blend_ps(pos, if_not, if_pos)); }
 #else
 inline Vec vexp(Vec x) { return x.exp(); }
+template <bool Guards = true>
 inline Vec vlog(Vec x) { return x.log(); }
 inline Vec vrcp(Vec x) { return Vec(1.f) / x; }
 
@@ -187,27 +191,28 @@ inline Vec ratio(float q, Vec s, const RowTerms& r) {
   const Vec sp = pos_part(s), sn = neg_part(s);
   const Mask pos = positive(s);
   if (C == POWER) return select(pos, power<F::halves>(q, (one + sp) * r.inv_row), vexp(Vec(q) * sn - r.lg));
-  return select(pos, vlog(one + sp) + one, vrcp(one - sn)) * r.row;
+  return select(pos, vlog<false>(one + sp) + one, vrcp(one - sn)) * r.row;
 }
 
-// g(s) / g(m) and d log g(s) together, sharing their terms (log-ELU: one log and one division per score).
+// g(s) / g(m) and dscale d log g(s) together, sharing their terms (log-ELU: one log and one division per score).
 template <class F>
-inline Vec ratio_dlog(float q, Vec s, const RowTerms& r, Vec& dlog) {
+inline Vec ratio_dlog(float q, Vec s, const RowTerms& r, Vec& dlog, float dscale) {
   constexpr int C = F::C;
   const Vec one(1.f);
   if (C == EXP) {
-    dlog = one;
+    dlog = Vec(dscale);
     return vexp(s - r.lg);
   }
   const Vec sp = pos_part(s), sn = neg_part(s), base = one + sp;
   const Mask pos = positive(s);
   if (C == POWER) {
-    dlog = Vec(q) * vrcp(base);  // q / (1 + s); q on the negative branch, where the base is 1
+    dlog = Vec(q * dscale) * vrcp(base);  // q / (1 + s); q on the negative branch, where the base is 1
     return select(pos, power<F::halves>(q, base * r.inv_row), vexp(Vec(q) * sn - r.lg));
   }
-  const Vec lg1 = vlog(base) + one;
-  dlog = vrcp(select(pos, base * lg1, one - sn));  // 1 / (1 - s), or 1 / ((1 + s)(1 + log(1 + s)))
-  return select(pos, lg1, dlog) * r.row;
+  const Vec lg1 = vlog<false>(base) + one;
+  const Vec inv = vrcp(select(pos, base * lg1, one - sn));  // 1 / (1 - s), or 1 / ((1 + s)(1 + log(1 + s)))
+  dlog = inv * Vec(dscale);
+  return select(pos, lg1, inv) * r.row;
 }
 
 inline float hmax(Vec v) {
@@ -261,12 +266,14 @@ inline float weights(float q, float* x, int n, float scale, float lg, float row)
 template <class F>
 inline void weights_and_ds(float q, float* s, float* dp, int n, float scale, float lg, float row,
                            float inv_sum, float delta) {
+  constexpr bool row_scaled = F::C == LOG_ELU;  // its weights end in a product with the row term: 1 / sum joins it
   const Vec vs(scale), vi(inv_sum), vd(delta);
-  const RowTerms r = row_terms<F::C>(lg, row);
+  const RowTerms r = row_terms<F::C>(lg, row_scaled ? row * inv_sum : row);
   auto one = [&](Vec x, Vec d) {
     Vec dlog;
-    const Vec a = ratio_dlog<F>(q, x * vs, r, dlog) * vi;
-    return std::make_pair(a, a * (d - vd) * dlog * vs);
+    Vec a = ratio_dlog<F>(q, x * vs, r, dlog, scale);
+    if constexpr (!row_scaled) a = a * vi;
+    return std::make_pair(a, a * (d - vd) * dlog);
   };
   int i = 0;
   for (; i + W <= n; i += W) {
@@ -488,7 +495,7 @@ std::vector<torch::Tensor> chain_terms(torch::Tensor s, int64_t chain, double or
       for (int i = 0; i < n; i += W) {
         const int cnt = std::min(W, n - i);
         Vec d;
-        ratio_dlog<F>(q, Vec::loadu(x + i, cnt), terms, d).store(bwd.data_ptr<float>() + off + i, cnt);
+        ratio_dlog<F>(q, Vec::loadu(x + i, cnt), terms, d, 1.f).store(bwd.data_ptr<float>() + off + i, cnt);
         d.store(dlog.data_ptr<float>() + off + i, cnt);
       }
     }

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+from torch.autograd.profiler import record_function
 
 from heavytail.science.kernels import Kernel
 
@@ -31,6 +32,8 @@ _log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("flash_native.cpp")
 ENV_SWITCH = "HEAVYTAIL_NATIVE_FLASH"
+# torch.profiler's names for the C++ loop's two calls (benchmarks/profile_step.py attributes time by them).
+PROFILE_FORWARD, PROFILE_BACKWARD = "heavytail::native_flash_forward", "heavytail::native_flash_backward"
 # The C++ chains and their numbers in flash_native.cpp's ``enum Chain``.
 CHAINS = {"exp": 0, "power": 1, "log_elu": 2}
 # Queries and keys per block: a 64 x 512 score tile is 128 KiB of float32, in L2 with its partner tile in backward,
@@ -89,7 +92,8 @@ class _NativeFlash(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, chain: int, order: float, ext):  # noqa: D401
-        out, rows = ext.forward(q, k, v, chain, order, BLOCK_Q, BLOCK_K)
+        with record_function(PROFILE_FORWARD):  # the C++ loop is no aten op: name it for torch.profiler
+            out, rows = ext.forward(q, k, v, chain, order, BLOCK_Q, BLOCK_K)
         ctx.save_for_backward(q, k, v, out, rows)
         ctx.chain, ctx.order, ctx.ext = chain, order, ext
         return out
@@ -97,7 +101,9 @@ class _NativeFlash(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, rows = ctx.saved_tensors
-        dq, dk, dv = ctx.ext.backward(q, k, v, out, dout.contiguous(), rows, ctx.chain, ctx.order, BLOCK_Q, BLOCK_K)
+        with record_function(PROFILE_BACKWARD):
+            dq, dk, dv = ctx.ext.backward(q, k, v, out, dout.contiguous(), rows, ctx.chain, ctx.order, BLOCK_Q,
+                                          BLOCK_K)
         return dq, dk, dv, None, None, None
 
 
