@@ -113,3 +113,24 @@ def test_the_weight_chain_benchmark_compares_forms_that_compute_the_same_weights
         row = now.ratio_row(m, log_gm)
         torch.testing.assert_close(now.g_ratio(s, log_gm, row), was.g_ratio(s, log_gm, row), rtol=2e-5, atol=1e-30)
         torch.testing.assert_close(now.dlog_g(s), was.dlog_g(s), rtol=1e-6, atol=0)
+
+
+def test_the_subnormal_benchmark_pairs_modes_on_the_same_batches_and_restores_the_mode():
+    import bench_subnormals
+    import torch
+
+    from heavytail import names
+
+    before = torch.get_num_threads()
+    try:
+        res = bench_subnormals.measure(n=64, rounds=2, warmup=0, threads=1)
+    finally:
+        torch.set_num_threads(before)
+    assert [r["kernel"] for r in res["rows"]] == list(names.kernel_names())
+    for r in res["rows"]:
+        for mode in bench_subnormals.MODES:
+            assert len(r[mode]["cpu_s"]) == 2 and r[mode]["min_s"] <= r[mode]["median_s"] <= r[mode]["max_s"]
+        if r["kernel"] == "softmax":
+            assert r["default"]["x_softmax"] == 1.0 and r["flushed"]["x_softmax"] == 1.0
+    tiny = torch.tensor([1e-40], dtype=torch.float32)
+    assert (tiny * 1.0).item() != 0.0  # the process is back in the default mode: subnormals kept
