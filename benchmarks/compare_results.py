@@ -10,6 +10,7 @@ softmax, attention <= 1.3x SDPA, extra memory <= 4x SDPA's and linear in N). Onl
 ``flash``, what ``auto`` uses on CPU) of the attention records is compared. Writes markdown and JSON.
 
     python benchmarks/compare_results.py --before A.json B.json --after C.json D.json --out benchmarks/results/x
+        [--after-memory M.json]   # a memory run: its memory only, its few timing rounds left out of the pool
 """
 
 from __future__ import annotations
@@ -39,15 +40,18 @@ def _pooled(pairs: list[tuple[dict, dict]]) -> dict:
             "rounds": len(wall), "runs": len(pairs)}
 
 
-def _load(paths: list[Path], backend: str) -> tuple[dict, dict, dict, list[dict]]:
+def _load(paths: list[Path], backend: str, memory_only: list[Path] = ()) -> tuple[dict, dict, dict, list[dict]]:
     """Attention time summaries by (threads, n, d, kernel), memory by (threads, n, d, kernel) as (MiB, SDPA's
     MiB), train summaries by (threads, n, kernel) as {"step": ..., "attention": ...}, and each file's provenance.
-    A point measured in several files is pooled (``_pooled``); memory from the last file that has it."""
+    A point measured in several files is pooled (``_pooled``); memory from the last file that has it. Files in
+    ``memory_only`` give their memory alone (a memory run's few timing rounds would otherwise join the pool)."""
     attn_runs, train_runs, mem, prov = {}, {}, {}, []
-    for path in paths:
+    for path in [*paths, *memory_only]:
         rec = json.loads(path.read_text())
         package = rec.get("package") or {}
-        prov.append({"file": str(path), "script": rec["script"], "argv": rec["argv"], **rec["provenance"],
+        timed = path not in memory_only
+        prov.append({"file": str(path), "memory_only": not timed, "script": rec["script"], "argv": rec["argv"],
+                     **rec["provenance"],
                      "package_root": package.get("root"), "package_dirty": package.get("dirty"),
                      "load_average": (rec.get("load_average_start", [None])[0], rec.get("load_average_end", [None])[0]),
                      "threads": sorted({r["threads"] for r in rec.get("time", [])})})
@@ -59,7 +63,8 @@ def _load(paths: list[Path], backend: str) -> tuple[dict, dict, dict, list[dict]
             return kernel if b == backend else None
 
         if rec["script"] == "bench_attention_cpu":
-            times = {(r["threads"], r["n"], r["d"], kernel_of(r["variant"])): r["times_s"] for r in rec["time"]}
+            times = {(r["threads"], r["n"], r["d"], kernel_of(r["variant"])): r["times_s"]
+                     for r in (rec["time"] if timed else [])}
             for key, t in times.items():
                 if key[3] is not None:
                     attn_runs.setdefault(key, []).append((t, times[(*key[:3], "sdpa")]))
@@ -68,7 +73,7 @@ def _load(paths: list[Path], backend: str) -> tuple[dict, dict, dict, list[dict]
                 k = kernel_of(r["variant"])
                 if "extra_mib" in r and k not in (None, "sdpa"):
                     mem[(r["threads"], r["n"], r["d"], k)] = (r["extra_mib"], base.get((r["threads"], r["n"], r["d"])))
-        elif rec["script"] == "bench_train_cpu":
+        elif rec["script"] == "bench_train_cpu" and timed:
             rows = {(r["threads"], r["n"], r["kernel"]): r for r in rec["time"]}
             for key, r in rows.items():
                 soft = rows[(*key[:2], "softmax")]
@@ -101,6 +106,7 @@ def _summary(r: dict | None) -> dict | None:
 def _file_line(tag: str, p: dict) -> str:
     commit = (p.get("commit") or "unknown")[:9]
     load = ", ".join("-" if x is None else f"{x:.1f}" for x in p["load_average"])
+    tag = f"{tag} (memory only)" if p.get("memory_only") else tag
     return (f"- {tag}: `{p['file']}` ({p['script']}, package commit {commit} from {p.get('package_root') or '?'}, "
             f"dirty {p.get('package_dirty', p.get('dirty'))}, threads {p['threads']}, {p['date']}, "
             f"load average start/end {load})")
@@ -159,9 +165,10 @@ def _targets(attn: dict, mem: dict, train: dict, kernels: list[str]) -> tuple[li
     return lines, out
 
 
-def build(before: list[Path], after: list[Path], backend: str = "flash") -> tuple[str, dict]:
-    b_attn, b_mem, b_train, b_prov = _load(before, backend)
-    a_attn, a_mem, a_train, a_prov = _load(after, backend)
+def build(before: list[Path], after: list[Path], backend: str = "flash", before_memory: list[Path] = (),
+          after_memory: list[Path] = ()) -> tuple[str, dict]:
+    b_attn, b_mem, b_train, b_prov = _load(before, backend, before_memory)
+    a_attn, a_mem, a_train, a_prov = _load(after, backend, after_memory)
     kernels = list(dict.fromkeys(k for (_, _, _, k) in a_attn if k != "sdpa"))
     kernels += [k for (_, _, k) in a_train if k not in kernels and k != "softmax"]
     out = {"before": b_prov, "after": a_prov, "backend": backend, "train_step": {}, "train_attention": {},
@@ -243,10 +250,12 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--before", type=Path, nargs="+", required=True)
     p.add_argument("--after", type=Path, nargs="+", required=True)
+    p.add_argument("--before-memory", type=Path, nargs="*", default=[], help="attention records read for memory only")
+    p.add_argument("--after-memory", type=Path, nargs="*", default=[], help="attention records read for memory only")
     p.add_argument("--backend", default="flash", help="the attention records' backend to compare (default flash)")
     p.add_argument("--out", type=Path, required=True, help="path without suffix: writes .md and .json")
     args = p.parse_args(argv)
-    md, data = build(args.before, args.after, args.backend)
+    md, data = build(args.before, args.after, args.backend, args.before_memory, args.after_memory)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text(md)
     args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")

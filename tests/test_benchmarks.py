@@ -93,6 +93,17 @@ def test_files_of_one_side_are_pooled_round_by_round(tmp_path):
     assert abs(pooled["cpu_ratio"] - 1.1) < 1e-9  # the median of 1.1 x 6 rounds and 1.3 x 3
 
 
+def test_a_memory_only_file_gives_its_memory_and_none_of_its_timings(tmp_path):
+    before = _records(tmp_path, "a", step=1.8, attn=3.0, mem={1024: 16.0})
+    after = _records(tmp_path, "b", step=1.1, attn=1.5, mem={1024: 2.0})
+    memory_run = _records(tmp_path, "c", step=1.1, attn=9.0, mem={1024: 0.5})[0]  # its timings: 9x
+    _, data = compare_results.build(before, after, after_memory=[memory_run])
+    attention = data["attention"]["log_elu N=1024 d=32 threads=1"]["after"]
+    assert attention["runs"] == 1 and abs(attention["cpu_ratio"] - 1.5) < 1e-9
+    assert data["memory"]["log_elu N=1024 d=32 threads=1"]["after_mib"] == 0.5
+    assert [p["memory_only"] for p in data["after"]] == [False, False, True]
+
+
 def test_the_weight_chain_benchmark_compares_forms_that_compute_the_same_weights():
     """bench_weight_chains times each kernel's current weight formulas against its former ones: both must give the
     same flash weights and derivative factors (to float32 round-off), or the ratio compares different attention."""
