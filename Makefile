@@ -63,6 +63,7 @@ bench: install
 	$(PY) benchmarks/bench_attention_cpu.py --quick
 	$(PY) benchmarks/bench_train_cpu.py --quick
 	$(PY) benchmarks/bench_flash_native.py --rounds 4
+	$(PY) benchmarks/bench_subnormals.py --rounds 4
 
 clean:
 	rm -rf outputs/*/ .pytest_cache
