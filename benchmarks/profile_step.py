@@ -49,7 +49,8 @@ _MATMUL = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmu
 _ALLOC = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::zeros", "aten::zeros_like", "aten::zero_",
           "aten::fill_", "aten::new_empty", "aten::new_zeros", "aten::full", "aten::ones_like", "aten::full_like",
           "aten::new_empty_strided", "aten::resize_"}
-_ATTN_BACKWARD = ("_FlashKernelAttentionBackward", "_NativeFlashBackward", "ScaledDotProductFlashAttentionForCpuBackward", "CheckpointFunction")
+_ATTN_BACKWARD = ("_FlashKernelAttentionBackward", "_NativeFlashBackward", "ScaledDotProductFlashAttentionForCpuBackward",
+                  "CheckpointFunction")
 
 
 def _op_class(name: str) -> str:
@@ -367,7 +368,8 @@ def _markdown(record: dict, passes: list[dict]) -> str:
                     continue
                 f_, b_ = ps[f"{k} forward chain"], ps[f"{k} backward chain"]
                 loop = ps.get(f"{k} C++ loop fwd+bwd (all of it)")
-                loop_cells = f"{loop:.2f} | {ps[f'{k} C++ loop x SDPA (paired)']:.2f}" if loop is not None else "- | -"
+                paired = ps.get(f"{k} C++ loop x SDPA (paired)")
+                loop_cells = "- | -" if loop is None else f"{loop:.2f} | {paired:.2f}"
                 lines.append(f"| {k} | {f_:.2f} | {b_:.2f} | {mm + f_ + b_:.2f} | {(mm + f_ + b_) / sdpa:.2f} | "
                              f"{loop_cells} |")
             lines.append("")

@@ -430,8 +430,8 @@ void backward(float order, const Shape& z, const float* Q, const float* K, const
         gemm(false, true, bq, bk, z.d, 1.f, q, z.d, kj, z.d, 0.f, S.data(), bk);
         gemm(false, true, bq, bk, z.dv, 1.f, dout, z.dv, vj, z.dv, 0.f, dP.data(), bk);
         for (int r = 0; r < bq; ++r)
-          weights_and_ds<F>(order, S.data() + static_cast<int64_t>(r) * bk, dP.data() + static_cast<int64_t>(r) * bk, bk,
-                            scale, rows[r * 3], rows[r * 3 + 1], rows[r * 3 + 2], delta[r]);
+          weights_and_ds<F>(order, S.data() + static_cast<int64_t>(r) * bk, dP.data() + static_cast<int64_t>(r) * bk,
+                            bk, scale, rows[r * 3], rows[r * 3 + 1], rows[r * 3 + 2], delta[r]);
         gemm(true, false, bk, z.dv, bq, 1.f, S.data(), bk, dout, z.dv, 1.f, dv_all + (b * z.l + j0) * z.dv, z.dv);
         gemm(true, false, bk, z.d, bq, 1.f, dP.data(), bk, q, z.d, 1.f, dk_all + (b * z.l + j0) * z.d, z.d);
         gemm(false, false, bq, z.d, bk, 1.f, dP.data(), bk, kj, z.d, j0 == 0 ? 0.f : 1.f, dq, z.d);
@@ -488,8 +488,8 @@ std::vector<torch::Tensor> flash_forward(torch::Tensor q, torch::Tensor k, torch
   auto out = torch::empty({z.batch, z.n, z.dv}, q.options());
   auto rows = torch::empty({z.batch, z.n, 3}, q.options());
   by_form(chain, order, [&](auto form) {
-    forward<decltype(form)>(static_cast<float>(order), z, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-                                out.data_ptr<float>(), rows.data_ptr<float>());
+    forward<decltype(form)>(static_cast<float>(order), z, q.data_ptr<float>(), k.data_ptr<float>(),
+                            v.data_ptr<float>(), out.data_ptr<float>(), rows.data_ptr<float>());
   });
   return {out, rows};
 }
@@ -504,9 +504,9 @@ std::vector<torch::Tensor> flash_backward(torch::Tensor q, torch::Tensor k, torc
   auto dk = torch::zeros_like(k);
   auto dv = torch::zeros_like(v);
   by_form(chain, order, [&](auto form) {
-    backward<decltype(form)>(static_cast<float>(order), z, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-                                 out.data_ptr<float>(), dout.data_ptr<float>(), rows.data_ptr<float>(),
-                                 dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>());
+    backward<decltype(form)>(static_cast<float>(order), z, q.data_ptr<float>(), k.data_ptr<float>(),
+                             v.data_ptr<float>(), out.data_ptr<float>(), dout.data_ptr<float>(),
+                             rows.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>());
   });
   return {dq, dk, dv};
 }
