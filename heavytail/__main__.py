@@ -15,6 +15,7 @@ _COMMANDS = {
     "grid": ("heavytail.pipeline.grid", "Run every configuration of a grid file (local workers or SLURM)."),
     "ship-map": ("heavytail.studies.reference_maps", "Ship a grid's finished per-run summaries as a reference map."),
     "claims": ("heavytail.studies.kernel_gap_claims", "Print the kernel-gap claims decided on a shipped map."),
+    "select-lr": ("heavytail.studies.converged_gap", "Pick each variant's learning rate and write the deciding grid."),
 }
 
 

@@ -107,11 +107,15 @@ class BackendRow:
         arithmetic: ``"exact"`` (autograd through the kept or checkpointed weights: float32 round-off only),
             ``"flash-style"`` (backward recomputes the scores and subtracts a stored row statistic, which heavy
             tails break for softmax, App. I) or ``"per call"`` (``auto``: whichever backend it picks).
+        under_bf16: the precision eq. 7 is computed in when the model runs under bf16 autocast: ``"bf16"``
+            (the library kernel takes autocast's inputs, as the paper's FlashAttention softmax did, App. E.4) or
+            ``"float32"`` (the hand-written paths cast to float32 with autocast off, as the paper's own kernels).
     """
 
     label: str
     computes: tuple[str, ...] | None
     arithmetic: str
+    under_bf16: str = "float32"
 
 
 BACKEND_ROWS: dict[str, BackendRow] = {
@@ -120,7 +124,7 @@ BACKEND_ROWS: dict[str, BackendRow] = {
     "tiled": BackendRow("exact float32 (tiled)", None, "exact"),
     "flash": BackendRow("flash-style", None, "flash-style"),
     "flex": BackendRow("flex_attention", None, "flash-style"),
-    "sdpa": BackendRow("SDPA (flash-style backward)", ("softmax",), "flash-style"),  # torch's fused softmax
+    "sdpa": BackendRow("SDPA (flash-style backward)", ("softmax",), "flash-style", "bf16"),  # torch's fused softmax
 }
 BACKENDS = tuple(BACKEND_ROWS)
 BACKEND_LABELS = _View(lambda: {b: row.label for b, row in BACKEND_ROWS.items()})

@@ -29,7 +29,8 @@ __all__ = ["RunConfig", "PACING_KEYS", "NOT_TABLE3", "BACKENDS", "BENCHMARKS", "
            "PRECISIONS", "TAIL_REGIMES"]
 # Keys that change how a run is paced, placed or logged, never the numbers it produces: a run folder may
 # be resumed under other values, and runs differing only in these are the same configuration.
-PACING_KEYS = frozenset({"checkpoint_every", "log_every", "eval_batch_trials", "device", "track_attention"})
+PACING_KEYS = frozenset({"checkpoint_every", "log_every", "eval_batch_trials", "device", "track_attention",
+                         "dense_log_window"})
 # Defaults that are not the paper's Table 3 value: key -> what the paper used. float32 precision is a
 # deliberate common precision for every kernel (the paper trained under bf16 autocast, App. E.4); the
 # warmup length and the collapse threshold are ours, since the paper states neither.
@@ -64,6 +65,10 @@ class RunConfig:
     lr: float = 1e-3
     weight_decay: float = 0.0
     warmup_steps: int = 1000  # not stated in the paper: 2 % of 50,000 steps, our choice
+    # The cosine schedule's horizon; 0: ``steps``. Training the first ``steps`` of a longer schedule follows the
+    # paper's learning rate over those steps exactly (its 50,000-step schedule is near its peak at step ~3,500,
+    # where its softmax runs collapsed, App. I), which a schedule compressed into ``steps`` would not.
+    schedule_steps: int = 0
     grad_clip: float = 1.0
     skip_nonfinite: bool = True
     loss_p: float = 1.0
@@ -90,11 +95,29 @@ class RunConfig:
     # (23 mantissa bits); on: float32 matmuls round their inputs to TF32's 10 and run at the tensor cores'
     # rate. It changes numbers, so it is part of the configuration. No effect on CPU.
     tf32: bool = False
+    # Flush subnormal floats to zero (torch.set_flush_denormal) while training and evaluating. Softmax in
+    # float32 on heavy-tailed batches produces subnormal weights, and subnormal arithmetic runs up to ~20x
+    # slower on x86 (benchmarks/bench_subnormals.py). It changes numbers (values below 1.2e-38 become 0),
+    # so it is part of the configuration, recorded with every run; off by default, as every map before it.
+    flush_subnormals: bool = False
+    # Convergence (stopping rule, heavytail.harness.stopping): every ``val_every`` steps the model is scored on
+    # a fixed validation set of ``val_trials`` trials at the training N (its own stream, never the training or
+    # evaluation draws); with ``stop_tolerance`` > 0 the run stops once the best validation score of the last
+    # fifth of the steps so far improves on the best before it by less than that fraction, and not before
+    # ``stop_min_steps``. ``steps`` is then the cap. 0 / 0.0: no validation, train to ``steps``.
+    val_every: int = 0
+    val_trials: int = 16
+    stop_tolerance: float = 0.0
+    stop_min_steps: int = 0
     checkpoint_every: int = 500
     log_every: int = 10
     eval_batch_trials: int = 8  # trials per forward pass at evaluation: memory, not results (each trial draws from its own stream)
     # Log per-block attention statistics and gradient norms (App. I, future work): diagnostics only.
     track_attention: bool = False
+    # With track_attention: per-block statistics at every step, the last ``dense_log_window`` steps kept in
+    # memory and written when a batch collapses after a healthy stretch, and every step logged for the
+    # ``dense_log_window`` steps after it, so the steps around a collapse onset are at full resolution (App. I).
+    dense_log_window: int = 0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -135,6 +158,11 @@ class RunConfig:
         return RunConfig.from_dict(self.to_dict(), **changes)
 
     # --------------------------------------------------------------------------- derived
+    @property
+    def horizon(self) -> int:
+        """The steps the learning-rate schedule spans (``schedule_steps``, or ``steps`` when 0)."""
+        return self.schedule_steps or self.steps
+
     @property
     def hill_k(self) -> int:
         """k = floor(phi N) at the evaluation size (eq. 38, :func:`heavytail.names.hill_k`)."""
@@ -222,7 +250,22 @@ def _validate(cfg: RunConfig) -> None:
               "trials_per_step", "eval_trials", "eval_n_points", "bootstrap_resamples",
               "checkpoint_every", "log_every", "eval_batch_trials", "collapse_spread")
     _positive(cfg, "alpha_rs")  # the residual scale divides the residual stream (App. E.1)
-    _positive(cfg, "weight_decay", "warmup_steps", "seed", allow_zero=True)
+    _positive(cfg, "weight_decay", "warmup_steps", "schedule_steps", "seed", "val_every", "val_trials", "stop_tolerance",
+              "stop_min_steps", "dense_log_window", allow_zero=True)
+    if cfg.val_trials < 1:
+        raise ValueError(f"val_trials={cfg.val_trials} is not allowed; the validation set needs at least one trial")
+    if not cfg.stop_tolerance < 1:
+        raise ValueError(f"stop_tolerance={cfg.stop_tolerance} is not allowed; it is a fraction in [0, 1)")
+    if cfg.stop_tolerance > 0 and cfg.val_every == 0:
+        raise ValueError(f"stop_tolerance={cfg.stop_tolerance} needs val_every > 0: the stopping rule reads the "
+                         "validation scores")
+    if cfg.val_every > cfg.steps:
+        raise ValueError(f"val_every={cfg.val_every} is larger than steps={cfg.steps}: no validation would run")
+    if cfg.stop_min_steps > cfg.steps:
+        raise ValueError(f"stop_min_steps={cfg.stop_min_steps} is larger than the step cap steps={cfg.steps}")
+    if cfg.dense_log_window and not cfg.track_attention:
+        raise ValueError(f"dense_log_window={cfg.dense_log_window} needs track_attention=true: the window holds "
+                         "the per-block attention statistics")
     why = names.backend_refusal(cfg.attention_backend, cfg.kernel)
     if why is not None:
         raise ValueError(f"attention_backend={cfg.attention_backend!r} {why}")
@@ -241,6 +284,9 @@ def _validate(cfg: RunConfig) -> None:
             raise ValueError(f"{err} ({key}={getattr(cfg, key)})") from None
     if cfg.n_points < 2 or cfg.eval_n_points < 2:
         raise ValueError("n_points and eval_n_points must be at least 2: an ensemble of one point has no spread")
+    if cfg.schedule_steps and cfg.schedule_steps < cfg.steps:
+        raise ValueError(f"schedule_steps={cfg.schedule_steps} is shorter than steps={cfg.steps}; the schedule must "
+                         "cover every step (0: steps)")
     if cfg.warmup_steps >= cfg.steps and cfg.steps > 1:
         raise ValueError(f"warmup_steps={cfg.warmup_steps} must be smaller than steps={cfg.steps}")
     if cfg.collapse_spread >= 1:

@@ -33,7 +33,8 @@ from heavytail.names import hill_k
 from heavytail.harness.config import DEVICES, RunConfig
 from heavytail.io import load_json, save_json
 from heavytail.harness.rundir import RunDir
-from heavytail.harness.train import backend_label, build_benchmark, float32_matmuls, is_complete, load_model, precision_record
+from heavytail.harness.train import (backend_label, build_benchmark, float32_matmuls, is_complete, load_model,
+                                    precision_record, subnormals)
 
 # Thresholds (tail fractions phi) of the Hill-error curve; the paper's single choice phi = 0.1 is among them.
 HILL_CURVE_PHIS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
@@ -150,7 +151,7 @@ def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = T
     trials = bench.sample_trials(cfg.eval_trials, generator=gen)
     seeds = _stream_seeds(cfg.eval_trials, gen, 2)
     d, spread, hill_out, hill_y1, curve_out, curve_y1, band_out, band_y1 = [], [], [], [], [], [], [], []
-    with float32_matmuls(cfg, dev), recording_backends() as backends:
+    with float32_matmuls(cfg, dev), subnormals(cfg), recording_backends() as backends:
         runtime = precision_record(dev, None)  # evaluation runs without autocast (Table 3)
         for lo in tqdm(range(0, cfg.eval_trials, cfg.eval_batch_trials), disable=quiet, desc="evaluate"):
             part, hi = trials[lo : lo + cfg.eval_batch_trials], lo + cfg.eval_batch_trials

@@ -161,6 +161,10 @@ class RunDir:
                                     f"(python -m heavytail evaluate {self.path})")
         return load_json(self.results_path)
 
+    def train_summary(self) -> dict[str, Any]:
+        """train_summary.json (steps, skipped, runtime, where and why training stopped); {} before it exists."""
+        return load_json(self.train_summary_path) if self.train_summary_path.is_file() else {}
+
     def execution(self) -> dict[str, Any] | None:
         """The grid's record of the last notebook execution here (None when absent or unreadable)."""
         record = _read_json(self.execution_path)

@@ -18,6 +18,7 @@ scheduler are all restored (tests/test_train.py kills a real subprocess to check
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import math
 import random
@@ -34,8 +35,14 @@ from heavytail.science.collapse import collapsed, spread_ratio
 from heavytail.harness.config import RunConfig
 from heavytail.io import COMPLETE, atomic_torch_save, atomic_write_text, dumps_json, is_complete, read_jsonl, save_json
 from heavytail.harness.rundir import RunDir, config_differences
+from heavytail.harness.stopping import CAP, CONVERGED, converged
 
 KEEP_CHECKPOINTS = 2
+# The validation set's own stream (heavytail.harness.stopping): never the training draws, never evaluation's.
+_VALIDATION_STREAM = 3_000_017
+# A collapse after a healthy stretch opens a window of per-step logging; at most this many per run, so a run
+# whose batches collapse on and off all along keeps a log of bounded size.
+MAX_DENSE_WINDOWS = 8
 
 
 # ------------------------------------------------------------------------------------- building
@@ -60,9 +67,10 @@ def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> torch.nn.
 
 
 def build_optimizer(cfg: RunConfig, model: torch.nn.Module):
-    """AdamW with a linear warmup into a cosine decay to zero, from torch's own schedulers (Table 3)."""
+    """AdamW with a linear warmup into a cosine decay to zero at ``cfg.horizon``, from torch's own schedulers
+    (Table 3)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    decay = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, cfg.steps - cfg.warmup_steps))
+    decay = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, cfg.horizon - cfg.warmup_steps))
     if cfg.warmup_steps == 0:
         return optimizer, decay
     warmup = torch.optim.lr_scheduler.LinearLR(
@@ -96,6 +104,27 @@ def float32_matmuls(cfg: RunConfig, device: torch.device):
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
+@contextlib.contextmanager
+def subnormals(cfg: RunConfig):
+    """Subnormal floats flushed to zero inside the block when ``cfg.flush_subnormals`` (restored on exit).
+
+    x86 computes with subnormal operands in microcode, up to ~20x slower per instruction; softmax weights
+    e^(s - max) of heavy-tailed rows fall into that range in float32."""
+    if not cfg.flush_subnormals:
+        yield
+        return
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def subnormals_flushed() -> bool:
+    """Whether torch's arithmetic flushes subnormals now (a subnormal read back as 0)."""
+    return bool(torch.tensor(1e-40, dtype=torch.float32).item() == 0.0)
+
+
 def precision_record(device: torch.device, autocast_dtype: torch.dtype | None) -> dict[str, Any]:
     """What the matmuls of a run really used, read from torch at the time of the call (inside
     :func:`float32_matmuls`): the device, the autocast dtype and the TF32 switches."""
@@ -107,6 +136,7 @@ def precision_record(device: torch.device, autocast_dtype: torch.dtype | None) -
         "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
         "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "subnormals_flushed": subnormals_flushed(),
     }
 
 
@@ -219,8 +249,37 @@ def training_step(model, optimizer, x, y, cfg: RunConfig, device: torch.device, 
         for entry, block in zip(stats, model.blocks):
             grads = [p.grad.detach().norm() for p in block.parameters() if p.grad is not None]
             entry["grad_norm"] = float(torch.stack(grads).norm()) if grads else 0.0
+            # the score form's own weights (W_Q, W_K of eq. 1): what moves the scores a collapse follows
+            qk = [p.grad.detach().norm() for m in (block.attn.q, block.attn.k) for p in m.parameters()
+                  if p.grad is not None]
+            entry["qk_grad_norm"] = float(torch.stack(qk).norm()) if qk else 0.0
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
     return out.detach(), value, grad_norm
+
+
+def validation_set(bench, cfg: RunConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed validation ensembles of the stopping rule, ``(val_trials, n_points, 2)`` each, from their own
+    stream (the same for every run of a seed, whatever the kernel or learning rate)."""
+    gen = torch.Generator().manual_seed(_VALIDATION_STREAM * 1_000 + cfg.seed)
+    trials = bench.sample_trials(cfg.val_trials, generator=gen)
+    x = bench.sample_inputs(trials, cfg.n_points, generator=gen)
+    y = bench.sample_targets(trials, cfg.n_points, generator=gen)
+    return x.to(device), y.to(device)
+
+
+@torch.no_grad()
+def validation_score(model, val: tuple[torch.Tensor, torch.Tensor], cfg: RunConfig, loss_fn) -> float:
+    """Mean over the validation trials of log E_p^2(model(X), Y) (eq. 10), in float32 without autocast as
+    evaluation; +inf when an output is non-finite."""
+    x, y = val
+    logs = []
+    for lo in range(0, len(x), cfg.eval_batch_trials):
+        out = model(x[lo : lo + cfg.eval_batch_trials]).float()
+        if not bool(torch.isfinite(out).all()):
+            return math.inf
+        d = loss_fn(out, y[lo : lo + cfg.eval_batch_trials], p=cfg.loss_p).double()
+        logs.append(torch.log(d.clamp_min(1e-300)))
+    return float(torch.cat(logs).mean())
 
 
 def train(
@@ -253,7 +312,7 @@ def train(
     optimizer, scheduler = build_optimizer(cfg, model)
     bench = build_benchmark(cfg)
     data_gen = torch.Generator().manual_seed(cfg.seed)
-    counters = {"skipped": 0}
+    counters: dict[str, Any] = {"skipped": 0, "validation": [], "dense_windows": 0}
     start = 0
 
     checkpoints = _checkpoints(run_dir)
@@ -271,7 +330,15 @@ def train(
     kept = [row for row in read_jsonl(log_path) if row["step"] <= start]
     atomic_write_text(log_path, "".join(dumps_json(row) + "\n" for row in kept))
 
+    val = validation_set(bench, cfg, device) if cfg.val_every else None
+    history = [tuple(pair) for pair in counters.get("validation", [])]
+    stop_reason = CONVERGED if history and converged(history, start, cfg.stop_tolerance, cfg.stop_min_steps) else None
     end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
+    if stop_reason is not None:  # killed between the rule firing and the final save: finish, train nothing
+        end = start
+    # Per-step rows (with per-block statistics) of the last dense_log_window steps, written at a collapse onset.
+    window: collections.deque = collections.deque(maxlen=max(1, cfg.dense_log_window))
+    dense_until = -1
     # Who trained which steps: one provenance entry per call that trains (a resumed run has several), kept
     # in the checkpoint and written to train_summary.json, so a shipped map never relies on a typed commit.
     if end > start:
@@ -281,12 +348,13 @@ def train(
     model.train()
     bar = tqdm(total=cfg.steps, initial=start, disable=quiet, desc=cfg.name, unit="step", dynamic_ncols=True)
     t0 = time.perf_counter()
-    with float32_matmuls(cfg, device), recording_backends() as backends, open(log_path, "a") as log:
+    with (float32_matmuls(cfg, device), subnormals(cfg), recording_backends() as backends,
+          open(log_path, "a") as log):
         runtime = precision_record(device, torch.bfloat16 if cfg.precision == "bf16" else None)
         for step in range(start + 1, end + 1):
             x, y = draw_batch(bench, cfg, data_gen, device)
-            logged = step % cfg.log_every == 0 or step == end
-            stats = [] if (cfg.track_attention and logged) else None
+            logged = step % cfg.log_every == 0 or step == end or step <= dense_until
+            stats = [] if (cfg.track_attention and (logged or cfg.dense_log_window)) else None
             out, loss, grad_norm = training_step(model, optimizer, x, y, cfg, device, energy_distance, stats)
             outputs_finite = out is not None
             skipped = not (math.isfinite(loss) and math.isfinite(grad_norm))
@@ -300,7 +368,8 @@ def train(
             lr = optimizer.param_groups[0]["lr"]
             scheduler.step()
 
-            if logged or skipped:
+            row = None
+            if logged or skipped or cfg.dense_log_window:
                 row = {
                     "step": step,
                     "loss": loss,
@@ -318,16 +387,44 @@ def train(
                     row["collapsed_fraction"] = float(collapsed(ratio, cfg.collapse_spread).double().mean())
                 if stats:
                     row["blocks"] = stats
-                log.write(dumps_json(row) + "\n")
+            if cfg.dense_log_window and row is not None:
+                onset = (row.get("collapsed_fraction", 0.0) >= 0.5 and dense_until < step
+                         and counters["dense_windows"] < MAX_DENSE_WINDOWS
+                         and not any(r.get("collapsed_fraction", 0.0) >= 0.5 for r in window))
+                if onset:  # the healthy steps before it, at full resolution, then every step for a window
+                    for earlier in window:
+                        if not earlier["logged"]:
+                            log.write(dumps_json({**earlier["row"], "dense": True}) + "\n")
+                    counters["dense_windows"] += 1
+                    dense_until = step + cfg.dense_log_window
+                    logged = True
+                window.append({"row": row, "logged": logged or skipped})
+            if val is not None and step % cfg.val_every == 0:
+                score = validation_score(model, val, cfg, loss_fn=energy_distance)
+                history.append((step, score))
+                counters["validation"] = [list(pair) for pair in history]
+                if row is None:
+                    row = {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "skipped": skipped,
+                           "n_skipped": counters["skipped"], "seconds": time.perf_counter() - t0}
+                row["val_log_energy"] = score
+                logged = True
+                if converged(history, step, cfg.stop_tolerance, cfg.stop_min_steps):
+                    stop_reason = CONVERGED
+            if row is not None and (logged or skipped):
+                log.write(dumps_json({**row, "dense": True} if step <= dense_until and step % cfg.log_every
+                                     else row) + "\n")
                 log.flush()
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3g}", skipped=counters["skipped"])
+            if stop_reason is not None:
+                end = step
+                break
             if step % cfg.checkpoint_every == 0 and step < cfg.steps:
                 log.flush()
                 _save_checkpoint(run_dir, step, model, optimizer, scheduler, data_gen, counters)
     bar.close()
 
-    if end < cfg.steps:
+    if end < cfg.steps and stop_reason is None:
         _save_checkpoint(run_dir, end, model, optimizer, scheduler, data_gen, counters)
         return run_dir
     atomic_torch_save(model.state_dict(), RunDir(run_dir).model_path)
@@ -335,6 +432,7 @@ def train(
     runtime["attention_backend"] = backend_label(backends)
     runtime["attention"] = dict(backends)
     save_json({"steps": cfg.steps, "skipped": counters["skipped"], "name": cfg.name, "runtime": runtime,
+               "stopped_at": end, "stop_reason": stop_reason or CAP, "validation": counters.get("validation", []),
                "provenance": counters.get("provenance", [])},
               RunDir(run_dir).train_summary_path)
     # Last, and only now: the marker that says every file above is in place.

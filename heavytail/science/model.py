@@ -113,6 +113,9 @@ class KernelSelfAttention(nn.Module):
                 w = attention_weights(q[..., : self.cfg.stats_rows, :].float(), k.float(), self.kernel)
                 entropy = -(w * torch.log(w.clamp_min(torch.finfo(w.dtype).tiny))).sum(-1)
                 stats["attn_max_weight"] = w.amax(-1).mean()
+                # Absorption: rows whose largest weight rounds to exactly 1 in the precision attention received
+                # (bf16 under autocast), i.e. every other point's weight is lost to rounding (float absorption).
+                stats["attn_absorbed"] = (w.amax(-1).to(q.dtype) == 1).double().mean()
                 stats["attn_entropy_ratio"] = (entropy / math.log(k.shape[-2])).mean() if k.shape[-2] > 1 else entropy.mean()
                 # Collapse precursors (App. I): the largest |S| of eq. 1 over every query row (the
                 # quantity that breaks flash-style softmax backwards), and the spectral norm of the
@@ -158,6 +161,7 @@ class MeasureTransformer(nn.Module):
     tensors for collapse diagnostics: ``attn_max_weight`` (mean over sampled query rows of the
     largest attention weight; 1 = a row attends to a single point), ``attn_entropy_ratio`` (row
     entropy / log L; 0 = collapsed, 1 = uniform) from the first ``cfg.stats_rows`` query rows, and
+    ``attn_absorbed`` (share of those rows whose largest weight is 1 in the precision attention received),
     ``resid_norm`` (mean L2 norm of the residual stream after the block), ``max_abs_score`` (largest
     scaled score |S| of eq. 1 over all query rows) and ``qk_spectral_norm`` (spectral norm of
     W_Q W_K^T / sqrt(d_h), largest over heads). Off by default: it

@@ -37,6 +37,10 @@ PAPER_N = 16384  # Table 3: the paper's training and evaluation N
 AT = ("common", "train")  # where a ratio is read: the common evaluation N, or the run's own training N
 TRACE_KEYS = ("loss", "grad_norm", "collapsed_fraction")
 BLOCK_TRACE_KEYS = ("max_abs_score", "attn_entropy_ratio", "attn_max_weight", "qk_spectral_norm", "grad_norm")
+# Logged only by runs trained with them (absorption and the W_Q/W_K gradient, App. I's precursors); older
+# runs lack them, so they join a summary only where present.
+ONSET_BLOCK_KEYS = ("attn_absorbed", "qk_grad_norm")
+RATIO_KEYS = ("ratio", "low", "high", "bold", "candidate", "floor")  # eq. 36-37, with the two medians it divides
 
 
 def variant(config: Mapping[str, Any]) -> tuple[str, str]:
@@ -85,7 +89,9 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
     final_loss = float(rolling_median(losses[-tail:], tail)[-1]) if losses else math.nan
     energy = results["energy"]
     blocks: list[dict[str, Any]] = []
-    rows = [row for row in log if row.get("blocks")]
+    # Rows a dense window added around a collapse (RunConfig.dense_log_window) are not the regular log: the
+    # shares of logged steps read the regular rows only, the window is kept apart for the onset figure.
+    rows = [row for row in log if row.get("blocks") and not row.get("dense")]
     for b in range(len(rows[-1]["blocks"]) if rows else 0):
         series = {k: [row["blocks"][b].get(k, math.nan) for row in rows] for k in BLOCK_TRACE_KEYS}
         blocks.append({
@@ -98,20 +104,25 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
     trace = {"step": [row["step"] for row in rows]}
     for k in TRACE_KEYS:
         trace[k] = [_sig(row.get(k, math.nan)) for row in rows]
+    extra = tuple(k for k in ONSET_BLOCK_KEYS if rows and k in rows[-1]["blocks"][0])
     for b in range(len(blocks)):
-        for k in BLOCK_TRACE_KEYS:
+        for k in BLOCK_TRACE_KEYS + extra:
             trace[f"block{b}.{k}"] = [_sig(row["blocks"][b].get(k, math.nan)) for row in rows]
+    validation = [(row["step"], row["val_log_energy"]) for row in log if "val_log_energy" in row]
+    if validation:
+        trace["val_step"], trace["val_log_energy"] = [s for s, _ in validation], [_sig(v) for _, v in validation]
     skipped = log[-1]["n_skipped"] if log else 0
+    summary = run.train_summary()
     return {
         "name": run.path.name,
         "config": config,
         "final_loss": final_loss,
-        "median": {k: energy["median"][k] for k in ("ratio", "low", "high", "bold")},
-        "mean": {k: energy["mean"][k] for k in ("ratio", "low", "high", "bold")},
+        "median": {k: energy["median"][k] for k in RATIO_KEYS if k in energy["median"]},
+        "mean": {k: energy["mean"][k] for k in RATIO_KEYS if k in energy["mean"]},
         "collapse": {"label": results["collapse"]["label"], "fraction": results["collapse"]["fraction"],
                      "onset": collapse_onset(log)},
         "at_train_n": {k: v for k, v in results.get("at_train_n", {}).items() if k in ("n_points", "collapse")}
-        | {stat: {k: results["at_train_n"][stat][k] for k in ("ratio", "low", "high", "bold")}
+        | {stat: {k: results["at_train_n"][stat][k] for k in RATIO_KEYS if k in results["at_train_n"][stat]}
            for stat in ("median", "mean") if stat in results.get("at_train_n", {})},
         "provenance": (results.get("provenance") or {}).get("training"),
         "hill_band": (results.get("hill") or {}).get("band_miss"),
@@ -119,7 +130,44 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
         "train_seconds": log[-1]["seconds"] if log else math.nan,
         "blocks": blocks,
         "trace": trace,
+        **({"stop": {k: summary[k] for k in ("stopped_at", "stop_reason")}} if "stop_reason" in summary else {}),
+        **({"onset_window": onset_window(log)} if any(row.get("dense") for row in log) else {}),
     }
+
+
+def onset_window(log: Sequence[Mapping[str, Any]], keys: Sequence[str] = BLOCK_TRACE_KEYS + ONSET_BLOCK_KEYS
+                 ) -> dict[str, Any]:
+    """The steps around the run's collapse onset at full resolution: the dense window (RunConfig.dense_log_window)
+    that holds :func:`heavytail.science.collapse.collapse_onset`, or the first one when the run ends healthy.
+    ``{"onset": step or None, "center": the window's first collapsed step, "step": [...], "loss": [...],
+    "collapsed_fraction": [...], "block<b>.<key>": [...]}``, every step of the window in order."""
+    from heavytail.science.collapse import collapse_onset
+
+    onset = collapse_onset([row for row in log if not row.get("dense")])
+    rows = sorted((row for row in log if row.get("blocks")), key=lambda row: row["step"])
+    # Windows are maximal runs of consecutive steps; the centre of each is its first collapsed step.
+    windows, current = [], []
+    for row in rows:
+        if current and row["step"] != current[-1]["step"] + 1:
+            windows.append(current)
+            current = []
+        current.append(row)
+    if current:
+        windows.append(current)
+    windows = [w for w in windows if len(w) > 1 and any(r.get("collapsed_fraction", 0) >= 0.5 for r in w)]
+    if not windows:
+        return {"onset": onset}
+    chosen = windows[0]
+    if onset is not None:
+        chosen = min(windows, key=lambda w: min(abs(r["step"] - onset) for r in w))
+    center = next(r["step"] for r in chosen if r.get("collapsed_fraction", 0) >= 0.5)
+    out: dict[str, Any] = {"onset": onset, "center": center, "step": [r["step"] for r in chosen]}
+    for k in ("loss", "grad_norm", "collapsed_fraction"):
+        out[k] = [_sig(r.get(k, math.nan)) for r in chosen]
+    for b in range(len(chosen[0]["blocks"])):
+        for k in keys:
+            out[f"block{b}.{k}"] = [_sig(r["blocks"][b].get(k, math.nan)) for r in chosen]
+    return out
 
 
 def collect(grid_dir: str | Path) -> list[dict[str, Any]]:

@@ -271,6 +271,19 @@ def claims_of(name: str, runs: Sequence[Mapping[str, Any]]) -> list[dict[str, An
         from heavytail.studies.phase_diagram import findings as phase_findings
 
         return phase_findings(runs)
+    if name == "ladder":
+        from heavytail.studies.collapse_ladder import findings as ladder_findings
+
+        return ladder_findings(runs)
+    if name in ("gap-converged", "gap-converged-select"):
+        from heavytail.studies import converged_gap, reference_maps
+
+        design = reference_maps.load("gap-design")
+        return converged_gap.findings(runs, design["runs"] if design else ())
+    if name == "subnormal-ab":
+        from heavytail.studies.subnormal_ab import findings as ab_findings
+
+        return ab_findings(runs)
     return long_findings(runs) if name == "gap-long" else findings(runs)
 
 

@@ -41,6 +41,15 @@ MAPS = {
                      "kernel growth order q x tail regime x N at one trial per step, 5 seeds"),
     "gap-points": MapSpec("kernel_gap_map.json", "params/grid_gap_map.yaml", "points-per-step map",
                           "kernel gap vs N at 4096 points per step (trials per step traded for N), 3 seeds"),
+    "gap-converged-select": MapSpec("kernel_gap_converged_select.json", "params/grid_gap_converged_select.yaml",
+                                    "converged-gap selection runs",
+                                    "every variant, N and lr to convergence (cap 3,000 steps), seeds 0-2"),
+    "gap-converged": MapSpec("kernel_gap_converged.json", "params/grid_gap_converged.yaml", "converged-gap map",
+                             "every variant at its chosen lr to convergence (cap 3,000 steps), seeds 3-10"),
+    "ladder": MapSpec("collapse_ladder.json", "params/grid_collapse_ladder.yaml", "collapse ladder",
+                      "softmax and log-ELU from the CPU recipe to Table 3's model and precision, 6,000 steps"),
+    "subnormal-ab": MapSpec("subnormal_ab.json", "params/grid_subnormal_ab.yaml", "subnormal A/B",
+                            "the design recipe at N = 1024 with and without flushing subnormals, 8 seeds"),
 }
 REFERENCE_DIR = Path("outputs") / "reference"
 

@@ -1,0 +1,216 @@
+"""The collapse ladder: from the CPU recipe to Table 3's, one factor at a time (Tables 5-6, App. I).
+
+The paper's post-norm softmax models collapse on both heavy-tailed benchmarks while the slower kernels do not,
+the loss diverging abruptly at step ~3,500 (~4,500 with symlog) of 50,000, at N = 16384, D = 256, 6 blocks,
+under bf16 autocast with softmax through FlashAttention. The ladder (``params/grid_collapse_ladder.yaml``)
+changes one factor per rung toward that recipe (:data:`RUNGS`), every rung at N = 1024, one trial per step,
+lr 1e-3 on the first 6,000 steps of the paper's 50,000-step schedule.
+
+The rules, written and committed before any ladder run, per rung (``MIN_SEEDS`` seeds at least, the training
+seed the replicate, ``heavytail.studies.claims``):
+
+1. *The paper's collapse* (``paper-collapse-<rung>``): the share of softmax (SDPA) runs labelled collapsed
+   (most evaluation trials collapsed, :func:`heavytail.science.collapse.run_label`) with its Clopper-Pearson
+   95 % interval. *Reproduced* where that interval lies above 1/2 and log-ELU's share's interval lies below
+   1/2 (most softmax runs collapse and most log-ELU runs do not); *not reproduced* where softmax's interval
+   lies below 1/2 (with 6 seeds and none collapsed, the interval is 0-0.46: "most runs collapse" is
+   excluded); undecided otherwise.
+2. *Graded, training* (``collapse-steps-<rung>``): per seed, softmax's share of regularly logged steps whose
+   batch collapsed minus log-ELU's, the paired sign-flip test (:func:`claims.graded_rule`).
+3. *Graded, evaluation* (``collapse-trials-<rung>``): the same on the share of evaluation trials collapsed.
+4. *Precision or kernel* (``collapse-precision-<rung>``, where both ran): softmax through SDPA in bf16 against
+   softmax's attention in float32 under the same autocast, the graded rule on collapsed steps.
+5. *The onset step*: per collapsed softmax run, :func:`heavytail.science.collapse.collapse_onset` (the first
+   logged step from which every logged batch is collapsed), reported with each claim 1, against the paper's
+   ~3,500 (~4,500 with symlog); descriptive, no verdict.
+
+The sequential plan, also fixed before the runs: the grid's outer axis is the seed, so every rung is screened
+on seeds 0-1 before any rung gets seed 2; the grid then continues seed by seed over every rung, and a later
+session may run a rung that showed collapse in the screen (a softmax run labelled collapsed, or an onset) first
+with ``--only``. A rung with fewer than ``MIN_SEEDS`` seeds per kernel reads *undecided*, never *not reproduced*.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from heavytail.studies import claims as C
+from heavytail.studies.kernel_gap import collapsed_steps, map_extent
+
+NOTEBOOK = "09_collapse_ladder"
+# A verdict at a rung needs this many seeds per kernel: a paired sign-flip test on 5 untied seeds cannot go
+# below p = 0.0625, and the rate rule's interval with 6 seeds and no collapse (0-0.46) is the first to exclude 1/2.
+MIN_SEEDS = 6
+SOFTMAX_SDPA = ("softmax", "sdpa")
+SOFTMAX_F32 = ("softmax", "flash")  # softmax's attention in float32 under bf16 autocast (hand-written path)
+LOG_ELU = ("log_elu", "auto")
+VARIANT_LABELS = {SOFTMAX_SDPA: "softmax (SDPA)", SOFTMAX_F32: "softmax (float32 attention)", LOG_ELU: "log-ELU"}
+PAPER_ONSET = {False: 3500, True: 4500}  # App. I, Fig. 13: step of the loss divergence without / with symlog
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung: its name, what it changes, and which runs belong to it."""
+
+    name: str
+    about: str
+    test: Callable[[Mapping[str, Any]], bool]
+
+
+def _table3_model(c: Mapping[str, Any]) -> bool:
+    return (c["d_model"], c["n_blocks"], c["d_ff"]) == (256, 6, 512)
+
+
+def _base(c: Mapping[str, Any]) -> bool:
+    return (c["benchmark"], c["marginals"], c["norm"], c["n_points"], c["trials_per_step"]) == (
+        "sheared_swap", "mirrored_pareto", "post", 1024, 1) and c["lr"] == 1e-3
+
+
+RUNGS: tuple[Rung, ...] = (
+    Rung("R1", "D = 32, 2 blocks, float32, 3,000 steps (the shipped 3,000-step grid)",
+         lambda c: _base(c) and (c["d_model"], c["n_blocks"]) == (32, 2) and c["precision"] == "float32"
+         and not c["symlog"]),
+    Rung("R2", "Table 3's model (D = 256, 6 blocks, d_ff = 512), float32",
+         lambda c: _base(c) and _table3_model(c) and c["precision"] == "float32" and not c["symlog"]),
+    Rung("R3", "R2 under bf16 autocast (softmax's SDPA in bf16; log-ELU's attention in float32)",
+         lambda c: _base(c) and _table3_model(c) and c["precision"] == "bf16" and not c["symlog"]),
+    Rung("R4", "R3 with symlog",
+         lambda c: _base(c) and _table3_model(c) and c["precision"] == "bf16" and c["symlog"]),
+)
+
+
+def rung_of(config: Mapping[str, Any]) -> str | None:
+    """The rung a run belongs to, or None."""
+    from heavytail.harness.config import RunConfig
+
+    full = {**RunConfig().to_dict(), **config}
+    return next((r.name for r in RUNGS if r.test(full)), None)
+
+
+def variant(config: Mapping[str, Any]) -> tuple[str, str]:
+    """(kernel, attention path): softmax under ``auto`` is SDPA; every other kernel's path is ``auto``."""
+    kernel, backend = config["kernel"], config.get("attention_backend", "auto")
+    if kernel == "softmax":
+        return (kernel, "sdpa" if backend == "auto" else backend)
+    return (kernel, "auto")
+
+
+def ladder_cells(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, tuple[str, str]], list[Mapping[str, Any]]]:
+    """Runs grouped by (rung, variant), each list ordered by seed; runs of no rung are left out."""
+    out: dict[tuple[str, tuple[str, str]], list[Mapping[str, Any]]] = {}
+    for r in runs:
+        rung = rung_of(r["config"])
+        if rung is not None:
+            out.setdefault((rung, variant(r["config"])), []).append(r)
+    return {k: sorted(v, key=lambda r: r["config"]["seed"]) for k, v in out.items()}
+
+
+def _labelled(run: Mapping[str, Any]) -> bool:
+    return run["collapse"]["label"] == "collapse"
+
+
+def _trials(run: Mapping[str, Any]) -> float:
+    return float(run["collapse"]["fraction"])
+
+
+def _paired(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], value) -> dict[int, float]:
+    ra, rb = ({r["config"]["seed"]: r for r in runs} for runs in (a, b))
+    out = {s: value(ra[s]) - value(rb[s]) for s in sorted(set(ra) & set(rb))}
+    return {s: v for s, v in out.items() if math.isfinite(v)}
+
+
+def onsets(runs: Sequence[Mapping[str, Any]]) -> dict[int, int | None]:
+    """Per seed, the collapse onset step of the run (None when it ends healthy)."""
+    return {r["config"]["seed"]: r["collapse"].get("onset") for r in runs}
+
+
+def paper_collapse(soft: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]]) -> C.Decision:
+    """Rule 1: most softmax runs collapse and most log-ELU runs do not (Clopper-Pearson intervals about 1/2)."""
+    s = C.rate_rule(sum(map(_labelled, soft)), len(soft), min_seeds=MIN_SEEDS)
+    o = C.rate_rule(sum(map(_labelled, other)), len(other), min_seeds=MIN_SEEDS)
+    if s.verdict == C.NOT_RUN:
+        return s
+    if s.verdict == C.REPRODUCED and o.verdict == C.NOT_REPRODUCED:
+        return C.Decision(C.REPRODUCED, s.estimate, "most softmax runs collapsed and most log-ELU runs did not")
+    if s.verdict == C.NOT_REPRODUCED:
+        return C.Decision(C.NOT_REPRODUCED, s.estimate, "the interval excludes most softmax runs collapsing")
+    if s.verdict == C.REPRODUCED:
+        return C.Decision(C.UNDECIDED, s.estimate, "most softmax runs collapsed, but log-ELU's share of collapsed "
+                                                   f"runs is not shown below 1/2 ({o.reason or o.verdict})")
+    return C.Decision(C.UNDECIDED, s.estimate, s.reason)
+
+
+def _decided_by(section: str, figures: Sequence[str]) -> dict[str, Any]:
+    return {"notebook": NOTEBOOK, "section": section, "figures": list(figures)}
+
+
+def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every rung's claims (records of :class:`heavytail.studies.claims.Claim`), in rung order."""
+    cs = ladder_cells(runs)
+    out = []
+    for rung in RUNGS:
+        soft, other = cs.get((rung.name, SOFTMAX_SDPA), []), cs.get((rung.name, LOG_ELU), [])
+        if not soft and not other:
+            continue
+        where = f"{rung.name} ({rung.about}); " + map_extent([*soft, *other])
+        symlog = bool(soft and soft[0]["config"]["symlog"])
+        times = onsets(soft)
+        onset_text = ", ".join(f"seed {s}: {'step ' + str(t) if t is not None else 'none'}" for s, t in times.items())
+        d = paper_collapse(soft, other)
+        out.append(C.make_claim(
+            f"paper-collapse-{rung.name}",
+            f"Softmax (SDPA) runs collapse and log-ELU's do not at rung {rung.name}",
+            "Tables 5-6, App. I", f"softmax collapsed, log-ELU did not; the loss diverged at step "
+            f"~{PAPER_ONSET[symlog]:,} of 50,000", d, "share of softmax runs labelled collapsed", where,
+            f"{sum(map(_labelled, soft))} of {len(soft)} softmax runs and {sum(map(_labelled, other))} of "
+            f"{len(other)} log-ELU runs labelled collapsed; collapse onset per softmax seed: {onset_text or 'n/a'}",
+            _decided_by("The ladder's verdicts", ["ladder_collapse"])).to_dict())
+        for cid, what, value, fig in (
+                ("collapse-steps", "share of logged training steps with a collapsed batch", collapsed_steps,
+                 "onset_aligned"),
+                ("collapse-trials", "share of evaluation trials collapsed", _trials, "ladder_collapse")):
+            diffs = _paired(soft, other, value)
+            d = C.graded_rule(list(diffs.values()), min_seeds=MIN_SEEDS) if diffs else C.Decision(
+                C.NOT_RUN, None, "no seed has both kernels")
+            out.append(C.make_claim(
+                f"{cid}-{rung.name}", f"Softmax's {what} exceeds log-ELU's at rung {rung.name}",
+                "Sec. 4.2, App. I", "softmax collapsed, log-ELU did not (Tables 5-6)", d,
+                f"softmax - log-ELU {what}", where,
+                "per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in diffs.items()),
+                _decided_by("The ladder's verdicts", [fig])).to_dict())
+        f32 = cs.get((rung.name, SOFTMAX_F32), [])
+        if f32 and soft:
+            diffs = _paired(soft, f32, collapsed_steps)
+            d = C.graded_rule(list(diffs.values()), min_seeds=MIN_SEEDS) if diffs else C.Decision(
+                C.NOT_RUN, None, "no seed has both softmax paths")
+            out.append(C.make_claim(
+                f"collapse-precision-{rung.name}",
+                f"Softmax's collapse follows its bf16 attention at rung {rung.name}: SDPA in bf16 collapses more "
+                "often than softmax's attention in float32 under the same autocast",
+                "App. E.4, Sec. 5", "not tested: the paper ran softmax only through FlashAttention in bf16", d,
+                "SDPA (bf16) - float32 attention share of logged steps with a collapsed batch",
+                f"{rung.name}; " + map_extent([*soft, *f32]),
+                "per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in diffs.items()),
+                _decided_by("Precision or kernel", ["onset_aligned"])).to_dict())
+    return out
+
+
+def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per rung and variant: seeds, runs labelled collapsed, the median shares and the onsets."""
+    rows = []
+    for (rung, v), rs in sorted(ladder_cells(runs).items(), key=lambda kv: (kv[0][0], VARIANT_LABELS.get(kv[0][1], ""))):
+        steps = sorted(collapsed_steps(r) for r in rs)
+        rows.append({
+            "rung": rung, "variant": VARIANT_LABELS.get(v, "/".join(v)),
+            "seeds": ", ".join(str(r["config"]["seed"]) for r in rs),
+            "steps": ", ".join(sorted({str(r["config"]["steps"]) for r in rs})),
+            "runs collapsed": f"{sum(map(_labelled, rs))} of {len(rs)}",
+            "collapsed batches (share of logged steps, per seed)": ", ".join(f"{x:.3f}" for x in steps),
+            "median ratio (eq. 36)": C.fmt(sorted(r["median"]["ratio"] for r in rs)[len(rs) // 2]),
+            "onsets": ", ".join(str(t) for t in onsets(rs).values() if t is not None) or "none",
+        })
+    return {"title": "The ladder, per rung and kernel", "columns": list(rows[0]) if rows else [], "rows": rows,
+            "notes": "collapsed: most evaluation trials' output spread below 5 % of the target's (App. I); onset: "
+                     "the first logged step from which every logged batch is collapsed"}

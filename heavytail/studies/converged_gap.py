@@ -1,0 +1,232 @@
+"""The kernel gap at convergence: every variant at its own learning rate, trained until it stops improving.
+
+The design map (``params/grid_gap_design.yaml``) trains every variant 300 steps at lr 1e-2, a rate chosen at
+N = 256 from one seed; its gap may measure how fast each kernel learns at a rate tuned for neither, not where
+each ends. This study trains in two stages, both at the design map's model and data (D = 32, 2 post-norm
+blocks, one trial per step, the same task instances at every N for a seed), with the stopping rule of
+:mod:`heavytail.harness.stopping` and a cap of 3,000 steps:
+
+1. *Selection* (``params/grid_gap_converged_select.yaml``, seeds ``SELECT_SEEDS``): every variant at every N
+   and learning rate of ``LEARNING_RATES``. :func:`select_lr` picks, per variant and N, the rate with the lowest
+   median over those seeds of the final validation score (the validation set is fixed per seed and drawn at
+   the training N, so scores compare rates, never N); ties go to the smaller rate. A choice at an end of the
+   grid is an *edge* and the grid must be extended by one factor ~3 beyond it (on the selection seeds) before
+   that cell is decided.
+2. *Decision* (``params/grid_gap_converged.yaml``, written by ``python -m heavytail select-lr``): the chosen
+   rate per variant and N on seeds ``DECIDE_SEEDS`` only, so the choice never sees the seeds that decide.
+
+The claims, written before either stage ran (rules of :mod:`heavytail.studies.claims`, at least
+``MIN_DECIDING_SEEDS`` deciding seeds):
+
+(a) ``converged-excess-grows``: the floor-free gap. A model's excess over the sampling floor at its training N
+    is ``S(d) - S(d_hat) = S(d_hat) (r - 1)`` with r the eq. 36 median ratio; at one N and seed both variants
+    share the floor pool, so log(excess_softmax / excess_logELU) = log((r_s - 1) / (r_l - 1)). Per seed its
+    least-squares slope on log2 N, then :func:`claims.growth_rule` (growth excluded below x1.10 per doubling).
+    A seed whose excess is not positive at some N has no slope and is reported as left out. The ratio r itself
+    grows with N for every model, because the floor falls as 1/N; the excess does not have that trend.
+(b) ``converged-gap-n<N>``: the paired softmax / log-ELU ratio at the common evaluation N = 1024 at each training
+    N, :func:`claims.equivalence_rule` (differs, or equivalent within x1.20).
+(c) ``design-excess-grows``: (a)'s statistic and rule on the design map's runs (300 steps at lr 1e-2), so the
+    two recipes' verdicts stand side by side.
+The same three for softmax through exact float32 attention are reported next to SDPA's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from heavytail.studies import claims as C
+from heavytail.studies.kernel_gap import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, interval_at, map_extent,
+                                          paired_ratio, sizes, variant, variant_name)
+
+NOTEBOOK = "07_kernel_gap"
+SELECT_SEEDS = (0, 1, 2)
+DECIDE_SEEDS = tuple(range(3, 11))
+MIN_DECIDING_SEEDS = 8
+LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
+SELECT_GRID = "params/grid_gap_converged_select.yaml"
+DECIDE_GRID = "params/grid_gap_converged.yaml"
+
+
+# ------------------------------------------------------------------------------------ stage 1
+def final_validation(run: Mapping[str, Any]) -> float:
+    """The run's last validation score (mean log energy distance on its fixed validation set); NaN if none."""
+    values = (run.get("trace") or {}).get("val_log_energy") or []
+    return float(values[-1]) if values and values[-1] is not None else math.nan
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The learning rate chosen for one (variant, N), the median scores it was chosen from, and whether it lies
+    at an end of the rates tried (then the grid is extended before the cell is decided)."""
+
+    variant: tuple[str, str]
+    n_points: int
+    lr: float
+    scores: Mapping[float, float]
+    seeds: tuple[int, ...]
+    edge: bool
+
+
+def _median(xs: Sequence[float]) -> float:
+    xs = sorted(x for x in xs if math.isfinite(x))
+    if not xs:
+        return math.inf  # no finite score: never chosen over a rate that has one
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else 0.5 * (xs[m - 1] + xs[m])
+
+
+def select_lr(runs: Sequence[Mapping[str, Any]], seeds: Sequence[int] = SELECT_SEEDS) -> list[Selection]:
+    """The selection rule (stage 1) on the selection seeds' runs; a (variant, N) is chosen only once every rate
+    tried there has a run on every selection seed."""
+    groups: dict[tuple[tuple[str, str], int], dict[float, list[Mapping[str, Any]]]] = {}
+    for r in runs:
+        if r["config"]["seed"] in seeds:
+            key = (variant(r["config"]), int(r["config"]["n_points"]))
+            groups.setdefault(key, {}).setdefault(float(r["config"]["lr"]), []).append(r)
+    out = []
+    for (v, n), by_lr in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if any(sorted(r["config"]["seed"] for r in rs) != sorted(seeds) for rs in by_lr.values()):
+            continue
+        scores = {lr: _median([final_validation(r) for r in rs]) for lr, rs in sorted(by_lr.items())}
+        best = min(scores, key=lambda lr: (scores[lr], lr))
+        rates = sorted(scores)
+        out.append(Selection(v, n, best, scores, tuple(seeds), len(rates) > 1 and best in (rates[0], rates[-1])))
+    return out
+
+
+def decision_grid(selections: Sequence[Selection], template: Mapping[str, Any],
+                  seeds: Sequence[int] = DECIDE_SEEDS) -> dict[str, Any]:
+    """Stage 2's grid file (a mapping, written as YAML): the selection grid's base and settings, one cell per
+    chosen (variant, N) with its rate, on the deciding seeds. Edge choices are left out."""
+    chosen = [s for s in selections if not s.edge]
+    cells_ = [{"n_points": s.n_points, "kernel": s.variant[0], "attention_backend": s.variant[1], "lr": s.lr}
+              for s in chosen]
+    return {"name": "grid-gap-converged", "base": dict(template["base"]),
+            "axes": {"cells": cells_, "seed": list(seeds)},
+            **{k: template[k] for k in ("local", "slurm") if k in template}}
+
+
+def selection_table(selections: Sequence[Selection]) -> dict[str, Any]:
+    rows = [{"variant": variant_name(s.variant), "N": s.n_points, "chosen lr": f"{s.lr:g}",
+             **{f"lr {lr:g}": C.fmt(score) for lr, score in s.scores.items()},
+             "at an edge": "yes" if s.edge else "no"} for s in selections]
+    rates = sorted({lr for s in selections for lr in s.scores})
+    return {"title": "Learning rate per variant and N (median final validation score over the selection seeds)",
+            "columns": ["variant", "N", "chosen lr", *[f"lr {lr:g}" for lr in rates], "at an edge"], "rows": rows,
+            "notes": f"score: mean log energy distance on a fixed validation set at the training N (lower is "
+                     f"better), median over seeds {list(SELECT_SEEDS)}; the deciding seeds {list(DECIDE_SEEDS)} "
+                     "never enter the choice"}
+
+
+# ------------------------------------------------------------------------------------ stage 2
+def excess_log_ratio(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+    """log(excess of a / excess of b) at the runs' training N, from their eq. 36 ratios: log((r_a - 1)/(r_b - 1));
+    NaN when either excess is not positive (the model at or below its floor)."""
+    ra, rb = interval_at(a, "train")[0], interval_at(b, "train")[0]
+    if not (math.isfinite(ra) and math.isfinite(rb)) or ra <= 1 or rb <= 1:
+        return math.nan
+    return math.log((ra - 1) / (rb - 1))
+
+
+def excess_by_seed(runs: Sequence[Mapping[str, Any]], a, b=LOG_ELU) -> dict[int, dict[int, float]]:
+    """{seed: {N: log excess ratio of a over b}} wherever both ran."""
+    cs = cells(runs)
+    out: dict[int, dict[int, float]] = {}
+    for n in sizes(cs):
+        if (a, n) in cs and (b, n) in cs:
+            ra, rb = cs[(a, n)].by_seed(), cs[(b, n)].by_seed()
+            for s in sorted(set(ra) & set(rb)):
+                out.setdefault(s, {})[n] = excess_log_ratio(ra[s], rb[s])
+    return out
+
+
+def excess_growth(runs: Sequence[Mapping[str, Any]], a, min_seeds: int) -> tuple[C.Decision, dict[int, float], list]:
+    """Claim (a)'s rule for variant ``a`` against log-ELU: the decision, the per-seed slopes, the seeds left out."""
+    by_seed = excess_by_seed(runs, a)
+    slopes = C.per_seed_slopes(by_seed)
+    left_out = sorted(s for s, row in by_seed.items() if len(row) >= 2 and s not in slopes)
+    return C.growth_rule(list(slopes.values()), min_seeds=min_seeds), slopes, left_out
+
+
+def _decided_by(section: str, figures: Sequence[str]) -> dict[str, Any]:
+    return {"notebook": NOTEBOOK, "section": section, "figures": list(figures)}
+
+
+def findings(runs: Sequence[Mapping[str, Any]], design_runs: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Claims (a)-(c) on the deciding runs (stage 2) and, for (c), the design map's runs."""
+    deciding = [r for r in runs if r["config"]["seed"] in DECIDE_SEEDS]
+    out = []
+    for label, rs, min_seeds, cid in (("at converged best-lr training", deciding, MIN_DECIDING_SEEDS, "converged"),
+                                      ("at the design map's recipe", list(design_runs), C.MIN_SEEDS, "design")):
+        if cid == "design" and not rs:
+            continue
+        for v, tag in ((SOFTMAX_SDPA, ""), (SOFTMAX_EXACT, "-exact")):
+            d, slopes, left_out = excess_growth(rs, v, min_seeds)
+            used = [r for r in rs if variant(r["config"]) in (v, LOG_ELU) and r["config"]["seed"] in slopes]
+            out.append(C.make_claim(
+                f"{cid}-excess-grows{tag}",
+                f"The floor-free gap grows with N {label}: {variant_name(v)}'s excess over the sampling floor, "
+                "relative to log-ELU's, rises with the training N",
+                "Sec. 4.2, App. A", "softmax collapses at N = 16384 while log-ELU reaches 1.006 (Table 5)", d,
+                f"{variant_name(v)}/log-ELU excess ratio, change per doubling of N", map_extent(used),
+                "per-seed x per doubling: " + ", ".join(f"{s}: {math.exp(x):.2f}" for s, x in slopes.items())
+                + (f"; left out (excess not positive at some N): seeds {left_out}" if left_out else ""),
+                _decided_by("The gap at convergence", ["converged_gap_vs_n"]), transform=math.exp).to_dict())
+    cs = cells(deciding)
+    for n in sizes(cs):
+        pair = paired_ratio(cs, SOFTMAX_SDPA, LOG_ELU, n)
+        d = C.equivalence_rule([math.log(x) for x in pair.values()], min_seeds=MIN_DECIDING_SEEDS)
+        used = [r for r in deciding if variant(r["config"]) in (SOFTMAX_SDPA, LOG_ELU) and r["config"]["n_points"] == n]
+        lrs = ", ".join(f"{variant_name(v)} {cs[(v, n)].runs[0]['config']['lr']:g}"
+                        for v in (SOFTMAX_SDPA, LOG_ELU) if (v, n) in cs)
+        out.append(C.make_claim(
+            f"converged-gap-n{n}", f"At training N = {n}, converged at its own best lr, softmax (SDPA) ends above "
+            "log-ELU (ratios at the common evaluation N)",
+            "Sec. 4.2, Table 5", "log-ELU beats softmax at N = 16384 (Table 5)", d, "softmax/log-ELU ratio",
+            map_extent(used), f"learning rates: {lrs}", _decided_by("The gap at convergence", ["converged_gap_vs_n"]),
+            transform=math.exp).to_dict())
+    return out
+
+
+# ------------------------------------------------------------------------------------ command
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m heavytail select-lr GRID_DIR``: apply the selection rule to stage 1's finished runs and write
+    stage 2's grid file (``--output``, default params/grid_gap_converged.yaml)."""
+    from heavytail import cli
+    from heavytail.harness.artifacts import repo_root
+    from heavytail.io import atomic_write_text
+    from heavytail.studies.kernel_gap import collect
+
+    parser = argparse.ArgumentParser(prog="python -m heavytail select-lr", description=main.__doc__.splitlines()[0])
+    parser.add_argument("grid_dir", help="stage 1's grid folder, e.g. outputs/grid-gap-converged-select")
+    parser.add_argument("--output", default=None, help=f"grid file to write (default: {DECIDE_GRID})")
+    args = parser.parse_args(argv)
+    try:
+        if not (Path(args.grid_dir) / "grid.json").is_file():
+            raise ValueError(f"{args.grid_dir} holds no grid.json; run python -m heavytail grid {SELECT_GRID} first")
+        selections = select_lr(collect(args.grid_dir))
+        if not selections:
+            raise ValueError(f"{args.grid_dir}: no variant and N has finished runs at every rate on seeds "
+                             f"{list(SELECT_SEEDS)} yet")
+        template = cli.read_yaml(repo_root() / SELECT_GRID)
+    except cli.BAD_INPUT as err:
+        return cli.bad_input("select-lr", err)
+    import yaml
+
+    out = Path(args.output) if args.output else repo_root() / DECIDE_GRID
+    header = ("# The kernel gap at convergence, stage 2: written by `python -m heavytail select-lr` from stage 1's\n"
+              "# runs (heavytail.studies.converged_gap.select_lr); the chosen lr per variant and N, on the deciding\n"
+              f"# seeds only. Median final validation scores per lr (seeds {list(SELECT_SEEDS)}):\n")
+    for s in selections:
+        header += (f"#   {variant_name(s.variant)}, N = {s.n_points}: " + ", ".join(
+            f"{lr:g}: {score:.4g}" for lr, score in s.scores.items()) + f" -> {s.lr:g}"
+            + (" (AT AN EDGE: extend the rates before deciding; left out)" if s.edge else "") + "\n")
+    atomic_write_text(out, header + yaml.safe_dump(decision_grid(selections, template), sort_keys=False))
+    edges = [s for s in selections if s.edge]
+    print(f"wrote {out}: {len(selections) - len(edges)} cells" + (f", {len(edges)} at an edge left out" if edges else ""))
+    return 0
