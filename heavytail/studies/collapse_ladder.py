@@ -46,7 +46,9 @@ MIN_SEEDS = 6
 SOFTMAX_SDPA = ("softmax", "sdpa")
 SOFTMAX_F32 = ("softmax", "flash")  # softmax's attention in float32 under bf16 autocast (hand-written path)
 LOG_ELU = ("log_elu", "auto")
-VARIANT_LABELS = {SOFTMAX_SDPA: "softmax (SDPA)", SOFTMAX_F32: "softmax (float32 attention)", LOG_ELU: "log-ELU"}
+SOFTMAX_EXACT = ("softmax", "tiled")  # R1's exact float32 softmax (the 3,000-step grid)
+VARIANT_LABELS = {SOFTMAX_SDPA: "softmax (SDPA)", SOFTMAX_F32: "softmax (float32 attention)",
+                  SOFTMAX_EXACT: "softmax (exact float32)", LOG_ELU: "log-ELU"}
 PAPER_ONSET = {False: 3500, True: 4500}  # App. I, Fig. 13: step of the loss divergence without / with symlog
 
 

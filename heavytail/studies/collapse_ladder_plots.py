@@ -1,0 +1,138 @@
+"""Figures of the collapse ladder (heavytail.studies.collapse_ladder): collapse per rung, and the collapse onset
+watched (App. I, Fig. 13, plus the attention and gradient statistics the paper asked for). Each function takes
+run summaries and returns a figure."""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from heavytail.names import KERNEL_COLORS
+from heavytail.studies import collapse_ladder as L
+from heavytail.studies.kernel_gap import collapsed_steps
+
+# What the onset figure draws per block: (summary key, axis label, log scale)
+ONSET_PANELS = (
+    ("loss", "training loss (eq. 10)", True),
+    ("attn_max_weight", "largest attention weight", False),
+    ("attn_absorbed", "rows absorbed (max weight = 1)", False),
+    ("max_abs_score", "largest |S| (eq. 1)", True),
+    ("attn_entropy_ratio", "entropy / log N", False),
+    ("qk_grad_norm", "|grad W_Q, W_K|", True),
+)
+VARIANT_COLORS = {L.SOFTMAX_SDPA: KERNEL_COLORS["softmax"], L.SOFTMAX_F32: "tab:orange", L.SOFTMAX_EXACT: "tab:brown",
+                  L.LOG_ELU: KERNEL_COLORS["log_elu"]}
+
+
+def _color(v) -> str:
+    return VARIANT_COLORS.get(v, "0.4")
+
+
+def collapse_figure(runs: Sequence[Mapping]):
+    """Per rung: each seed's share of logged steps with a collapsed batch (dots; a ring marks a run labelled
+    collapsed), per kernel side by side."""
+    cs = L.ladder_cells(runs)
+    rungs = [r.name for r in L.RUNGS if any(k[0] == r.name for k in cs)]
+    variants = [v for v in L.VARIANT_LABELS if any(k[1] == v for k in cs)]
+    fig, ax = plt.subplots(figsize=(7.5, 3.4), constrained_layout=True)
+    width = 0.8 / max(1, len(variants))
+    for i, rung in enumerate(rungs):
+        for j, v in enumerate(variants):
+            rs = cs.get((rung, v), [])
+            x = i + (j - (len(variants) - 1) / 2) * width
+            ys = [collapsed_steps(r) for r in rs]
+            ax.scatter(np.full(len(ys), x) + np.linspace(-0.3, 0.3, len(ys)) * width, ys, s=18, color=_color(v),
+                       label=L.VARIANT_LABELS[v] if i == 0 else None, zorder=3)
+            hit = [(x, y) for r, y in zip(rs, ys) if r["collapse"]["label"] == "collapse"]
+            if hit:
+                ax.scatter(*zip(*hit), s=80, facecolors="none", edgecolors="k", lw=1, zorder=4)
+            ax.text(x, -0.06, f"{len(rs)}", ha="center", va="top", fontsize=7, color="0.4",
+                    transform=ax.get_xaxis_transform())
+    ax.set_xticks(range(len(rungs)), [f"{r}\n" for r in rungs])
+    ax.set_ylabel("share of logged steps with a collapsed batch")
+    ax.set_ylim(bottom=-0.02)
+    ax.set_title("Collapse per rung (ring: run labelled collapsed; small numbers: seeds)", fontsize=10)
+    if variants:
+        ax.legend(fontsize=8, frameon=False)
+    return fig
+
+
+def _series(run: Mapping, key: str, block: int, source: str = "trace") -> tuple[list, list]:
+    data = run.get(source) or {}
+    name = key if key == "loss" else f"block{block}.{key}"
+    steps, ys = data.get("step", []), data.get(name, [])
+    pts = [(s, y) for s, y in zip(steps, ys) if y is not None and isinstance(y, (int, float)) and math.isfinite(y)]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = None):
+    """Fig. 13 plus what the paper asked for. Where a softmax run has a collapse window, every panel is aligned on
+    its centre (the first collapsed batch after a healthy stretch, step 0), softmax's window at full resolution and
+    the log-ELU run of the same rung and seed over the same steps. Where no run has one, the panels show the same
+    statistics over training, per rung, so the figure says how close each rung came."""
+    cs = L.ladder_cells(runs)
+    windows = [(rung, r) for (rung, v), rs in cs.items() if v[0] == "softmax" for r in rs
+               if (r.get("onset_window") or {}).get("center") is not None]
+    fig, axes = plt.subplots(2, 3, figsize=(11, 5.6), constrained_layout=True)
+    if windows:
+        for rung, r in windows:
+            centre = r["onset_window"]["center"]
+            width = span or (len(r["onset_window"]["step"]) or 100)
+            partner = {x["config"]["seed"]: x for x in cs.get((rung, L.LOG_ELU), [])}.get(r["config"]["seed"])
+            for ax, (key, label, log) in zip(axes.flat, ONSET_PANELS):
+                xs, ys = _series(r, key, block, "onset_window")
+                ax.plot([x - centre for x in xs], ys, color=_color(L.variant(r["config"])), lw=0.9, alpha=0.8)
+                if partner is not None:
+                    xs, ys = _series(partner, key, block)
+                    keep = [(x - centre, y) for x, y in zip(xs, ys) if abs(x - centre) <= width]
+                    if keep:
+                        ax.plot(*zip(*keep), color=_color(L.LOG_ELU), lw=0.9, alpha=0.8, marker=".", ms=3)
+                ax.set_title(label, fontsize=9)
+                ax.set_yscale("log" if log else "linear")
+                ax.axvline(0, color="0.5", lw=0.6, ls=":")
+        for ax in axes[1]:
+            ax.set_xlabel("steps from the first collapsed batch")
+        fig.suptitle(f"Around the collapse onset, block {block} ({len(windows)} softmax windows; log-ELU: the same "
+                     "seed's regular log)", fontsize=10)
+    else:
+        from heavytail.science.collapse import rolling_median
+
+        styles = {"R1": ":", "R2": "-", "R3": "--", "R4": "-."}
+        for (rung, v), rs in sorted(cs.items()):
+            for ax, (key, label, log) in zip(axes.flat, ONSET_PANELS):
+                smooth = []
+                for r in rs:
+                    xs, ys = _series(r, key, block)
+                    if len(xs) > 2:
+                        ys = rolling_median(ys, max(3, len(ys) // 20))
+                        ax.plot(xs, ys, color=_color(v), lw=0.5, alpha=0.25, ls=styles.get(rung, "-"))
+                        smooth.append((xs, ys))
+                if smooth:  # the median over seeds on the shortest common grid of steps
+                    n = min(len(xs) for xs, _ in smooth)
+                    ax.plot(smooth[0][0][:n], np.median([ys[:n] for _, ys in smooth], axis=0), color=_color(v),
+                            lw=1.6, ls=styles.get(rung, "-"))
+                ax.set_title(label, fontsize=9)
+                ax.set_yscale("log" if log else "linear")
+        for ax in axes.flat:
+            if not ax.lines:
+                ax.text(0.5, 0.5, "not logged by these runs", ha="center", va="center", transform=ax.transAxes,
+                        color="0.5", fontsize=9)
+                ax.set_yscale("linear")
+                ax.set_xticks([])
+                ax.set_yticks([])
+        for ax in axes[1]:
+            ax.set_xlabel("training step")
+        fig.suptitle(f"No collapse onset in these runs: the precursors over training, block {block}, rolling medians "
+                     "(bold: median over seeds; line style = rung: R1 dotted, R2 solid, R3 dashed, R4 dash-dot)",
+                     fontsize=9)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=_color(v), lw=2, label=label) for v, label in L.VARIANT_LABELS.items()
+               if any(k[1] == v for k in cs)]
+    if handles:
+        fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
+                   bbox_to_anchor=(0.5, -0.04))
+    return fig
