@@ -93,3 +93,25 @@ def test_ladder_table_lists_every_cell():
     runs = [_run(s) for s in range(2)] + [_run(s, precision="bf16", kernel="log_elu", backend="auto") for s in range(2)]
     table = L.table(runs)
     assert {(r["rung"], r["variant"]) for r in table["rows"]} == {("R2", "softmax (SDPA)"), ("R3", "log-ELU")}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"precision": "fp8"}, "precision='fp8' is not allowed"),
+    ({"kernel": "log_elu", "attention_backend": "sdpa"}, "computes softmax only"),
+    ({"warmup_steps": 6000}, "warmup_steps=6000 must be smaller than steps=6000"),
+])
+def test_a_bad_rung_is_one_line_and_exit_2_before_anything_trains(tmp_path, capsys, change, message):
+    import yaml
+
+    from heavytail.pipeline.grid import main as grid_main
+
+    grid = yaml.safe_load(open("params/grid_collapse_ladder.yaml"))
+    for key in change:
+        grid["base"].pop(key, None)  # a key is set in one place: here, the rung
+    grid["axes"]["cells"][0] = {**grid["axes"]["cells"][0], **change}
+    path = tmp_path / "ladder.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    assert grid_main([str(path), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "out" / grid["name"]).exists() or not any((tmp_path / "out" / grid["name"]).iterdir())
