@@ -52,6 +52,8 @@ def test_selection_never_reads_deciding_seeds_and_waits_for_every_rate():
     incomplete = [r for r in runs if not (r["config"]["n_points"] == 1024 and r["config"]["seed"] == 2
                                           and r["config"]["lr"] == 1e-2)]
     assert {s.n_points for s in G.select_lr(incomplete)} == {256}
+    one_rate = [r for r in runs if r["config"]["n_points"] == 256 or r["config"]["lr"] == 3e-4]
+    assert {s.n_points for s in G.select_lr(one_rate)} == {256}, "a cell with rates still to run was chosen"
 
 
 def test_decision_grid_is_a_valid_grid_on_the_deciding_seeds(tmp_path):

@@ -80,9 +80,10 @@ def _median(xs: Sequence[float]) -> float:
     return xs[m] if len(xs) % 2 else 0.5 * (xs[m - 1] + xs[m])
 
 
-def select_lr(runs: Sequence[Mapping[str, Any]], seeds: Sequence[int] = SELECT_SEEDS) -> list[Selection]:
-    """The selection rule (stage 1) on the selection seeds' runs; a (variant, N) is chosen only once every rate
-    tried there has a run on every selection seed."""
+def select_lr(runs: Sequence[Mapping[str, Any]], seeds: Sequence[int] = SELECT_SEEDS,
+              rates: Sequence[float] = LEARNING_RATES) -> list[Selection]:
+    """The selection rule (stage 1) on the selection seeds' runs; a (variant, N) is chosen only once each of
+    ``rates`` (and any rate an extension added there) has a run on every selection seed."""
     groups: dict[tuple[tuple[str, str], int], dict[float, list[Mapping[str, Any]]]] = {}
     for r in runs:
         if r["config"]["seed"] in seeds:
@@ -90,7 +91,8 @@ def select_lr(runs: Sequence[Mapping[str, Any]], seeds: Sequence[int] = SELECT_S
             groups.setdefault(key, {}).setdefault(float(r["config"]["lr"]), []).append(r)
     out = []
     for (v, n), by_lr in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if any(sorted(r["config"]["seed"] for r in rs) != sorted(seeds) for rs in by_lr.values()):
+        if not set(rates) <= set(by_lr) or any(sorted(r["config"]["seed"] for r in rs) != sorted(seeds)
+                                               for rs in by_lr.values()):
             continue
         scores = {lr: _median([final_validation(r) for r in rs]) for lr, rs in sorted(by_lr.items())}
         best = min(scores, key=lambda lr: (scores[lr], lr))
