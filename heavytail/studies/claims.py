@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -301,6 +302,25 @@ def make_claim(id: str, claim: str, source: str, paper: str, decision: Decision,
     return Claim(id, claim, source, paper, decision.verdict, statistic, *vals, seeds=0 if est is None else est.n,
                  scale=scale, evidence=(f"Rule: {detail}. " if detail else "") + evidence, needs=needs,
                  decided_by=dict(decided_by))
+
+
+def decided_on(found: Sequence[Mapping[str, Any]], source: str) -> list[dict[str, Any]]:
+    """The claim records with the map (or grid) that decided them in ``decided_by["map"]``: the landing page's
+    scale table states it per claim, since the claims of one report come from several maps."""
+    return [{**f, "decided_by": {**(f.get("decided_by") or {}), "map": source}} for f in found]
+
+
+_SCALE_HEAD = re.compile(r"training N (?:in|=) (\{[^}]*\}|[^,]+), (\S+) trials? per step, (\S+) steps")
+
+
+def scale_label(scale: str) -> str:
+    """The deciding scale as a short label: the training N, trials per step and steps that lead every scale
+    text (:func:`heavytail.studies.kernel_gap.map_extent`, the ablation's); any other text is kept whole."""
+    m = _SCALE_HEAD.match(scale or "")
+    if not m:
+        return scale or ""
+    ns, tps, steps = m.groups()
+    return f"N {ns.strip('{}').replace(', ', '/')} · {steps} steps" + ("" if tps == "1" else f" · {tps} trials/step")
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
