@@ -68,7 +68,7 @@ for name, src in sources.items():
 
 # %%
 decided_on = design or own
-found = K.findings(decided_on)
+found = C.decided_on(K.findings(decided_on), sources["gap-design"].label if design else "this report's runs")
 show(C.claims_table(found, f"Kernel-gap claims ({sources['gap-design'].label if design else 'this report'})"),
      art, "findings")
 # The summary notebook (06) and the landing page list these claims.
