@@ -145,21 +145,13 @@ def package_root() -> Path:
     return Path(spec.origin).resolve().parents[1]
 
 
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip()
-
-
 def package_state() -> dict:
     """The package measured: its checkout, commit, and whether its tracked files under ``heavytail/`` differ from
     that commit (``dirty``; the benchmark scripts' own edits do not count)."""
+    from heavytail.harness.provenance import code_state
+
     root = package_root()
-    commit = _git(root, "rev-parse", "HEAD")
-    status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", "heavytail") if commit else None
-    return {"root": str(root), "commit": commit, "dirty": None if status is None else bool(status)}
+    return {"root": str(root), **code_state(root, "heavytail")}
 
 
 def child_json(payload: dict) -> str:
@@ -177,15 +169,13 @@ def header(script: str, argv: list[str]) -> dict:
     is dirty, read from the checkout the imported ``heavytail`` lives in, torch, machine with its CPU model,
     date), the package's checkout and whether its ``heavytail/`` is dirty (``package``), the commit of these
     scripts (``scripts``), the command line and the load average at the start."""
-    from heavytail.harness.provenance import record
+    from heavytail.harness.provenance import code_state, record
 
     prov = record()
     package = package_state()
     if prov["commit"] != package["commit"]:
         raise RuntimeError(f"provenance names commit {prov['commit']}, the imported package is at {package['commit']}")
-    scripts_status = _git(ROOT, "status", "--porcelain", "--untracked-files=all", "--", "benchmarks")
-    scripts = {"root": str(ROOT), "commit": _git(ROOT, "rev-parse", "HEAD"),
-               "dirty": None if scripts_status is None else bool(scripts_status)}
+    scripts = {"root": str(ROOT), **code_state(ROOT, "benchmarks", untracked=True)}
     return {"script": script, "argv": argv, "provenance": prov, "package": package, "scripts": scripts,
             "load_average_start": os.getloadavg(), "timing_method": TIMING_METHOD, "memory_method": MEMORY_METHOD}
 

@@ -28,12 +28,12 @@ import json
 import os
 import re
 import socket
-import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote, unquote
 
 from heavytail.harness.artifacts import CONCLUSION_FILE
+from heavytail.harness.provenance import code_state
 from heavytail.io import atomic_write_text
 from heavytail.studies.claims import VERDICTS, fmt, scale_label  # the one list of verdict states
 
@@ -180,16 +180,10 @@ def claims_in(out_dir: Path, names: Iterable[str]) -> list[tuple[str, Mapping[st
 
 
 def _git_commit(root: Path) -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
+    state = code_state(root)
+    if state["commit"] is None:
         return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+    return state["commit"][:7] + (" (with uncommitted changes)" if state["dirty"] else "")
 
 
 # --------------------------------------------------------------------------------------------------
