@@ -190,3 +190,27 @@ def write_json(stem: str, payload: dict, out: Path | None = None) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=1) + "\n")
     return out
+
+
+def results_index(results: Path = RESULTS) -> str:
+    """``benchmarks/results/INDEX.md``: every record kept, with the package commit it measured (a comparison:
+    the commits of its two sides; a markdown table: its JSON's). Only the latest record per benchmark, the
+    records the docs cite and the inputs of the latest comparison are kept; the others are in git history."""
+    def commits(path: Path) -> str:
+        data = json.loads(path.read_text())
+        if "before" in data and "after" in data:
+            sides = [sorted({f["commit"][:7] for f in data[s]}) for s in ("before", "after")]
+            return f"before {', '.join(sides[0])}, after {', '.join(sides[1])}"
+        state = data.get("package") or data.get("provenance") or {}
+        return (state.get("commit") or "not recorded")[:7]
+
+    rows = []
+    for path in sorted(results.iterdir()):
+        if path.name in ("README.md", "INDEX.md") or path.suffix not in (".json", ".md"):
+            continue
+        record = path if path.suffix == ".json" else path.with_suffix(".json")
+        rows.append(f"| `{path.name}` | {commits(record) if record.is_file() else 'not recorded'} |")
+    return ("# Benchmark records kept\n\nThe latest record per benchmark, the records the docs cite, and the inputs "
+            "of the latest comparison; earlier records are in git history (`git log -- benchmarks/results`). "
+            "Written by `benchmarks/_bench.py` (`results_index`), checked by `tests/test_benchmarks.py`.\n\n"
+            "| record | package commit |\n|---|---|\n" + "\n".join(rows) + "\n")
