@@ -145,21 +145,13 @@ def package_root() -> Path:
     return Path(spec.origin).resolve().parents[1]
 
 
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip()
-
-
 def package_state() -> dict:
     """The package measured: its checkout, commit, and whether its tracked files under ``heavytail/`` differ from
     that commit (``dirty``; the benchmark scripts' own edits do not count)."""
+    from heavytail.harness.provenance import code_state
+
     root = package_root()
-    commit = _git(root, "rev-parse", "HEAD")
-    status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", "heavytail") if commit else None
-    return {"root": str(root), "commit": commit, "dirty": None if status is None else bool(status)}
+    return {"root": str(root), **code_state(root, "heavytail")}
 
 
 def child_json(payload: dict) -> str:
@@ -177,15 +169,13 @@ def header(script: str, argv: list[str]) -> dict:
     is dirty, read from the checkout the imported ``heavytail`` lives in, torch, machine with its CPU model,
     date), the package's checkout and whether its ``heavytail/`` is dirty (``package``), the commit of these
     scripts (``scripts``), the command line and the load average at the start."""
-    from heavytail.harness.provenance import record
+    from heavytail.harness.provenance import code_state, record
 
     prov = record()
     package = package_state()
     if prov["commit"] != package["commit"]:
         raise RuntimeError(f"provenance names commit {prov['commit']}, the imported package is at {package['commit']}")
-    scripts_status = _git(ROOT, "status", "--porcelain", "--untracked-files=all", "--", "benchmarks")
-    scripts = {"root": str(ROOT), "commit": _git(ROOT, "rev-parse", "HEAD"),
-               "dirty": None if scripts_status is None else bool(scripts_status)}
+    scripts = {"root": str(ROOT), **code_state(ROOT, "benchmarks", untracked=True)}
     return {"script": script, "argv": argv, "provenance": prov, "package": package, "scripts": scripts,
             "load_average_start": os.getloadavg(), "timing_method": TIMING_METHOD, "memory_method": MEMORY_METHOD}
 
@@ -200,3 +190,27 @@ def write_json(stem: str, payload: dict, out: Path | None = None) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=1) + "\n")
     return out
+
+
+def results_index(results: Path = RESULTS) -> str:
+    """``benchmarks/results/INDEX.md``: every record kept, with the package commit it measured (a comparison:
+    the commits of its two sides; a markdown table: its JSON's). Only the latest record per benchmark, the
+    records the docs cite and the inputs of the latest comparison are kept; the others are in git history."""
+    def commits(path: Path) -> str:
+        data = json.loads(path.read_text())
+        if "before" in data and "after" in data:
+            sides = [sorted({f["commit"][:7] for f in data[s]}) for s in ("before", "after")]
+            return f"before {', '.join(sides[0])}, after {', '.join(sides[1])}"
+        state = data.get("package") or data.get("provenance") or {}
+        return (state.get("commit") or "not recorded")[:7]
+
+    rows = []
+    for path in sorted(results.iterdir()):
+        if path.name in ("README.md", "INDEX.md") or path.suffix not in (".json", ".md"):
+            continue
+        record = path if path.suffix == ".json" else path.with_suffix(".json")
+        rows.append(f"| `{path.name}` | {commits(record) if record.is_file() else 'not recorded'} |")
+    return ("# Benchmark records kept\n\nThe latest record per benchmark, the records the docs cite, and the inputs "
+            "of the latest comparison; earlier records are in git history (`git log -- benchmarks/results`). "
+            "Written by `benchmarks/_bench.py` (`results_index`), checked by `tests/test_benchmarks.py`.\n\n"
+            "| record | package commit |\n|---|---|\n" + "\n".join(rows) + "\n")

@@ -32,7 +32,6 @@ import datetime as dt
 import math
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -365,13 +364,10 @@ def check_probe(sizes: Sizes, device: torch.device, budget: Budget) -> list[dict
 
 # ------------------------------------------------------------------------------------------- report
 def _git_commit() -> str:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
-        return commit + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    from heavytail.harness.provenance import code_state
+
+    state = code_state(ROOT)
+    return "unknown" if state["commit"] is None else state["commit"] + ("-dirty" if state["dirty"] else "")
 
 
 def _fmt(x, spec=".2e") -> str:

@@ -81,7 +81,6 @@ KERNEL_ROWS: dict[str, KernelRow] = {
 KERNELS = tuple(k for k, row in KERNEL_ROWS.items() if row.paper)
 SLOWER_KERNELS = KERNELS[1:]  # the three slower-growing kernels the paper proposes
 KERNEL_LABELS = _View(lambda: {k: row.label for k, row in KERNEL_ROWS.items()})
-KERNEL_GROWTH = _View(lambda: {k: row.growth for k, row in KERNEL_ROWS.items()})
 KERNEL_COLORS = _View(lambda: {k: row.color for k, row in KERNEL_ROWS.items()})  # the one colour map
 GROWTH_ORDER = _View(lambda: {row.growth: row.order for row in KERNEL_ROWS.values()})
 

@@ -205,11 +205,11 @@ for benchmark in ("sheared_swap", "matrix_inverse"):
 # first: they are decided on the shipped one-trial-per-step map, with eight seeds per cell.
 
 # %%
-found = AC.findings(aggs)
+found = C.decided_on(AC.findings(aggs), f"the ablation grid ({grid_path.name})")
 if gap_grid_dir is not None:
     design = R.source("gap-design")
     if design.runs:
-        found = kernel_gap_claims.findings(design.runs) + found
+        found = C.decided_on(kernel_gap_claims.findings(design.runs), design.label) + found
 tables.show(AC.findings_table(found), art, "findings")
 _ = art.save_table("claims.json", found)  # the landing page lists these (heavytail.pipeline.landing)
 

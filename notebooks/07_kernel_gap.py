@@ -76,7 +76,7 @@ for name, src in sources.items():
 
 # %%
 decided_on = design or own
-found = K.findings(decided_on)
+found = C.decided_on(K.findings(decided_on), sources["gap-design"].label if design else "this report's runs")
 show(C.claims_table(found, f"Kernel-gap claims ({sources['gap-design'].label if design else 'this report'})"),
      art, "findings")
 # The summary notebook (06) and the landing page list these claims.
@@ -166,7 +166,10 @@ display(Markdown(
 ab_found = subnormal_ab.findings(sources["subnormal-ab"].runs)
 display(Markdown(sources["subnormal-ab"].describe() + "\n\n" + ("\n\n".join(f"- {C.render(f)}" for f in ab_found)
                                                              or "The A/B has not been shipped yet.")))
-_ = art.save_table("claims.json", converged_found + ab_found)  # the landing page lists these
+decided = ([C.decided_on([f], sources["gap-design"].label if f["id"].startswith("design-")
+                           else sources["gap-converged"].label)[0] for f in converged_found]
+           + C.decided_on(ab_found, sources["subnormal-ab"].label))
+_ = art.save_table("claims.json", decided)  # the landing page lists these
 
 # %% [markdown]
 # ## The numerics behind it

@@ -145,3 +145,16 @@ def test_the_subnormal_benchmark_pairs_modes_on_the_same_batches_and_restores_th
             assert r["default"]["x_softmax"] == 1.0 and r["flushed"]["x_softmax"] == 1.0
     tiny = torch.tensor([1e-40], dtype=torch.float32)
     assert (tiny * 1.0).item() != 0.0  # the process is back in the default mode: subnormals kept
+
+
+def test_the_results_index_lists_every_record_kept_and_every_cited_record_is_kept():
+    index = (ROOT / "benchmarks" / "results" / "INDEX.md").read_text()
+    assert index == _bench.results_index(), "rewrite benchmarks/results/INDEX.md with _bench.results_index()"
+    import re
+
+    docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    cited = set(re.findall(r"`?((?:compare|train_cpu|attention_cpu|profile|flash|subnormals|weight)[\w.-]*"
+                           r"\.(?:md|json))`", docs))
+    assert cited, "the docs cite no benchmark record"
+    missing = sorted(c for c in cited if not (ROOT / "benchmarks" / "results" / c).is_file())
+    assert not missing, f"the docs cite records that are not kept: {missing}"

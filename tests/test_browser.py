@@ -32,7 +32,7 @@ import nbformat
 import pytest
 
 from heavytail.harness.artifacts import repo_root
-from heavytail.pipeline.landing import figures_of
+from heavytail.pipeline.landing import claims_in, figures_of, headline_figure
 from heavytail.pipeline.notebook import NotebookResult
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -160,6 +160,32 @@ def test_the_landing_page_shows_the_state_the_findings_and_a_thumbnail_per_noteb
     shot = browser.screenshot(out / "landing.png")
     assert shot.stat().st_size > 20_000
     assert not problems, "\n".join(problems)
+
+
+@needs_chromium
+def test_each_finding_fits_a_laptop_screen_under_the_headline_figure(checked_report, browser):
+    """At 1280 px wide, no findings row is taller than 900 px (its evidence folded away), and the headline
+    figure (the first claim's: the kernel gap against N, which notebook 07 draws) is shown above the table."""
+    out, results = checked_report
+    browser.open((out / "index.html").as_uri())
+    assert browser.evaluate("window.innerWidth") == 1280
+    heights = browser.evaluate("""[...document.querySelectorAll('table.findings tr.finding')]
+        .map(tr => Math.round(tr.getBoundingClientRect().height))""")
+    assert heights, "the landing page has no findings rows"
+    assert max(heights) <= 900, f"findings rows taller than a screen (px): {[h for h in heights if h > 900]}"
+    expected = headline_figure(out, claims_in(out, list(results)))
+    assert expected is not None, "no claim of this report names a figure that was drawn"
+    shown = browser.evaluate("""(() => {
+        const img = document.querySelector('#headline img'), table = document.querySelector('table.findings');
+        if (!img) return null;
+        const box = img.getBoundingClientRect();
+        return {src: decodeURIComponent(img.src), ok: img.complete && img.naturalWidth > 0, height: box.height,
+                above: box.bottom <= table.getBoundingClientRect().top};
+    })()""")
+    assert shown is not None, "the landing page has no headline figure"
+    assert shown["ok"] and shown["height"] > 150 and shown["above"], shown
+    assert shown["src"].endswith(expected[0]), (shown["src"], expected[0])
+    browser.screenshot(out / "landing_top.png", full_page=False)
 
 
 @needs_chromium

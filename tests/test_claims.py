@@ -188,3 +188,84 @@ def test_tost_power_is_the_equivalence_rules_rate_when_there_is_no_difference():
     for sd, n in ((0.11, 8), (0.18, 8)):
         calls = [C.equivalence_rule(_paired(rng, 0.0, n, sd=sd)).reason.startswith("equivalent") for _ in range(M)]
         assert C.tost_power(sd, n) == pytest.approx(np.mean(calls), abs=4 * math.sqrt(0.25 / M))
+
+
+# ------------------------------------------------------------------ the library statistics against the formulas
+def _old_t(values, level=C.LEVEL):
+    """The t interval as it was written by hand before scipy's ttest_1samp computed it."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    n, mean = len(x), float(x.mean())
+    se = float(x.std(ddof=1)) / math.sqrt(n)
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
+    return mean - half, mean + half, float(2 * stats.t.sf(abs(mean) / se, n - 1))
+
+
+def _old_signflip(diffs):
+    import itertools
+
+    d = np.asarray(diffs, dtype=float)
+    signs = np.array(list(itertools.product((1.0, -1.0), repeat=len(d))))
+    return float((np.abs((signs * d).mean(axis=1)) >= abs(d.mean()) - 1e-12).mean())
+
+
+def _old_clopper_pearson(k, n, a=1 - C.LEVEL):
+    from scipy import stats
+
+    return (0.0 if k == 0 else float(stats.beta.ppf(a / 2, k, n - k + 1)),
+            1.0 if k == n else float(stats.beta.ppf(1 - a / 2, k + 1, n - k)))
+
+
+def _shipped_inputs():
+    """Every per-seed sample the rules read on the shipped maps: slopes' log ratios by seed, the rules' samples
+    (slopes, paired log ratios, paired differences) and the rate rule's counts."""
+    from heavytail.studies import kernel_gap as G
+    from heavytail.studies import kernel_gap_claims as K
+    from heavytail.studies import phase_diagram as P
+    from heavytail.studies import reference_maps as R
+
+    by_seed, samples, counts = [], [], []
+    for name in ("gap-design", "gap-long", "gap-points"):
+        cs = G.cells(R.load(name)["runs"])
+        for v in G.variants(cs):
+            for at in G.AT:
+                by_seed.append(K.log_ratios_by_seed(cs, v, G.LOG_ELU, at))
+            for n in G.sizes(cs):
+                samples.append([math.log(x) for x in G.paired_ratio(cs, v, G.LOG_ELU, n).values()])
+                samples.append(list(G.paired_difference(cs, v, G.LOG_ELU, n, G.collapsed_steps).values()))
+                if (v, n) in cs:
+                    counts.append((sum(cs[(v, n)].collapsed), len(cs[(v, n)].runs)))
+    phase = R.load("phase")["runs"]
+    by_seed += list(P.cells(phase).values()) + list(P.cells(phase, P.REFERENCE).values())
+    samples += [list(C.per_seed_slopes(s).values()) for s in by_seed]
+    return by_seed, [s for s in samples if len(s) >= 2 and np.std(s) > 0], counts
+
+
+def test_the_library_statistics_agree_with_the_formulas_they_replaced_on_the_shipped_maps():
+    """scipy's t interval, TOST, sign-flip test, Clopper-Pearson interval and least-squares slope against the
+    formulas written here before, on every sample the rules read from the shipped maps (the printed verdicts
+    and intervals, tests/test_readme.py's claims blocks, are unchanged too)."""
+    by_seed, samples, counts = _shipped_inputs()
+    assert len(samples) > 50 and len(counts) > 20
+    for row in by_seed:
+        for pts in row.values():
+            if len(pts) >= 2:
+                ns = sorted(pts)
+                x, y = np.log2(ns), np.array([pts[n] for n in ns])
+                old = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
+                assert C.slope(x, y) == pytest.approx(old, rel=1e-9, abs=1e-12)
+    for sample in samples:
+        for level in (C.LEVEL, 0.90):
+            est, (low, high, p) = C.t_interval(sample, level), _old_t(sample, level)
+            assert (est.low, est.high) == pytest.approx((low, high), rel=1e-9, abs=1e-12)
+            if level == C.LEVEL:
+                assert est.p == pytest.approx(p, rel=1e-6, abs=1e-12)
+        low90, high90, _ = _old_t(sample, 0.90)
+        margin = C.EQUIVALENCE_MARGIN
+        assert C.tost_equivalent(sample, margin) == (-margin < low90 and high90 < margin)
+        if len(sample) <= 12:
+            assert C.signflip_p(sample) == pytest.approx(_old_signflip(sample), abs=1e-12)
+    # the maps' counts are mostly 0 of n; every count up to 12 seeds as well
+    for k, n in counts + [(j, m) for m in range(1, 13) for j in range(m + 1)]:
+        assert C.clopper_pearson(k, n) == pytest.approx(_old_clopper_pearson(k, n), rel=1e-9, abs=1e-12)

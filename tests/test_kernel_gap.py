@@ -174,6 +174,19 @@ def test_shipping_refuses_runs_from_a_dirty_tree_or_mixed_commits():
         check_shippable([clean, {}])
 
 
+def test_shipping_commands_are_shown_with_repository_relative_paths():
+    assert (R.portable_command("python -m heavytail ship-map gap-design /work/wt-grid/outputs/grid-gap-design")
+            == "python -m heavytail ship-map gap-design outputs/grid-gap-design")
+    assert R.portable_command("ship-map phase ../wt-phase/outputs/grid-phase --output x") == (
+        "ship-map phase outputs/grid-phase --output x")
+    assert R.portable_command("ship-map gap-long outputs/grid-gap-long /tmp/elsewhere") == (
+        "ship-map gap-long outputs/grid-gap-long /tmp/elsewhere")  # outside the repository's folders: kept
+    for name in R.MAPS:
+        shown = R.source(name, root=ROOT).describe()
+        if R.load(name, ROOT) is not None:
+            assert "/work/" not in shown and "../" not in shown, shown
+
+
 def test_cross_check_tests_distributions_not_equality():
     design = _map(1.5)
     # the report's runs are seeds 0-2 of the same configurations: a sample of the map's own distribution

@@ -114,6 +114,31 @@ def test_failing_notebook_is_marked_and_the_others_still_run(tmp_path):
     assert "failed" in index and "deliberate failure" in index and f"code cell {broken['failed_cell']}" in index
 
 
+def test_a_kernel_is_not_interrupted_when_it_is_shut_down(monkeypatch):
+    """jupyter_client interrupts a kernel before shutting it down; ipykernel then prints "ERROR |
+    KeyboardInterrupt caught in kernel." when the signal lands in a message handler, although nothing failed.
+    The report's kernels skip that interrupt (the notebook has finished), and keep any other."""
+    import asyncio
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    from heavytail.pipeline.notebook import _ipc_kernel_manager
+
+    sent = []
+
+    async def interrupt(self):
+        sent.append(self.shutting_down)
+
+    monkeypatch.setattr(AsyncKernelManager, "_async_interrupt_kernel", interrupt)
+    km = _ipc_kernel_manager()(kernel_name="python3")
+    km.shutting_down = True
+    asyncio.run(km._async_interrupt_kernel())
+    assert sent == []
+    km.shutting_down = False
+    asyncio.run(km._async_interrupt_kernel())
+    assert sent == [False]
+
+
 def test_params_errors_name_the_problem(tmp_path):
     with pytest.raises(ValueError, match="unknown top-level keys"):
         ReportParams.from_dict({"report": "x", "notebook": {}})

@@ -45,11 +45,14 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def code_state() -> dict[str, Any]:
-    """The commit of the package's repository and whether tracked files differ from it (``dirty``); both
-    None when the package is not in a git checkout (an installed wheel)."""
-    commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+def code_state(root: Path = PACKAGE_ROOT, *paths: str, untracked: bool = False) -> dict[str, Any]:
+    """The commit of the repository at ``root`` (the package's by default) and whether tracked files differ
+    from it (``dirty``; only those under ``paths`` when given, untracked files too when ``untracked``); both
+    None when ``root`` is not in a git checkout (an installed wheel). The one place commit and dirty tree are
+    read: training runs, the landing page and the benchmarks all record them so."""
+    commit = _git("rev-parse", "HEAD", cwd=root)
+    args = ["status", "--porcelain", f"--untracked-files={'all' if untracked else 'no'}"]
+    status = _git(*args, *(["--", *paths] if paths else []), cwd=root) if commit else None
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 

@@ -4,9 +4,11 @@ Read top to bottom, it answers a reviewer's questions in the order they ask them
 
 1. the first line: complete, failed (which notebook, at which code cell) or partial (still running,
    interrupted, or notebooks not run);
-2. the scale that ran next to the paper's (the summary notebook's ``scale.csv``);
-3. the findings: every claim a notebook checked (``claims.json``), reproduced / not reproduced / not run,
-   linked to the notebook section and figures that decide it;
+2. the findings: the headline figure (the first claim's, the kernel gap against N), then every claim a
+   notebook checked (``claims.json``) in one row: verdict, effect with its interval, seeds, the deciding
+   scale as a short label, and the notebook section and figures that decide it; the evidence is folded;
+3. the scale that decided each claim: the map or grid per claim (``decided_by["map"]``), and the ablation
+   grid's settings next to the paper's (the summary notebook's ``scale.csv``), folded;
 4. one card per notebook: status, run time, its key figure as a thumbnail, its one-sentence conclusion
    (``conclusion.json``, written by :meth:`heavytail.harness.artifacts.Artifacts.conclude`), and its figures and
    tables; run internals (checkpoints, caches, ``COMPLETE``, ``.ipynb``) are not report items;
@@ -26,14 +28,14 @@ import json
 import os
 import re
 import socket
-import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote, unquote
 
 from heavytail.harness.artifacts import CONCLUSION_FILE
+from heavytail.harness.provenance import code_state
 from heavytail.io import atomic_write_text
-from heavytail.studies.claims import VERDICTS, statistic_text  # the one list of verdict states
+from heavytail.studies.claims import VERDICTS, fmt, scale_label  # the one list of verdict states
 
 CLAIMS_FILE = "claims.json"  # a list of claims a notebook checked; see :func:`heavytail.studies.summary.findings`
 SCALE_FILE = "scale.csv"  # columns: setting, this run's value(s), the paper's value
@@ -61,13 +63,20 @@ th { border-bottom: 2px solid #57606a; }
 .v-reproduced, .s-ok, .s-skipped-done { color: var(--ok); } .v-not-reproduced, .s-failed { color: var(--bad); }
 .v-not-run, .s-skipped, .s-pending { color: var(--mute); } .v-undecided-at-this-power { color: var(--warn); } .s-running, .s-submitted { color: var(--warn); }
 td.evidence { font-size: .85em; color: #424a53; max-width: 34em; }
+td details p { margin: .3em 0; color: #424a53; }
+table.findings { table-layout: fixed; } table.findings td { padding: 3px 6px; overflow-wrap: anywhere; }
+table.findings th:nth-child(1) { width: 14%; } table.findings th:nth-child(2) { width: 35%; }
+table.findings th:nth-child(3) { width: 16%; } table.findings th:nth-child(4) { width: 5%; }
+table.findings th:nth-child(5) { width: 15%; } table.findings th:nth-child(6) { width: 15%; }
+table.findings .links { font-size: .85em; } table.findings details summary { display: inline; }
+.headline { margin: .4em 0 1em; text-align: center; } .headline img { max-width: 100%; max-height: 420px; }
 .cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(340px, 1fr)); gap: 14px; }
 .card { border: 1px solid var(--line); border-radius: 8px; padding: .7em .9em; break-inside: avoid; }
 .card h3 { margin: 0 0 .3em; font-size: 1.05em; } .card .conclusion { margin: .5em 0; }
 .thumb { display: block; text-align: center; background: #f6f8fa; border-radius: 4px; margin: .4em 0; }
 .thumb img { max-width: 100%; max-height: 210px; object-fit: contain; }
 .files { font-size: .85em; margin: .2em 0; } .files b { color: var(--mute); font-weight: 600; }
-details { font-size: .85em; } pre { white-space: pre-wrap; margin: .3em 0; }
+details { font-size: .85em; } td ul { margin: 0; padding-left: 1.1em; } pre { white-space: pre-wrap; margin: .3em 0; }
 @media print {
   body { max-width: none; padding: 0; font-size: 11pt; } a { color: inherit; text-decoration: none; }
   .cards { display: block; } .card { margin-bottom: 10px; } h2 { break-after: avoid; }
@@ -171,16 +180,10 @@ def claims_in(out_dir: Path, names: Iterable[str]) -> list[tuple[str, Mapping[st
 
 
 def _git_commit(root: Path) -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
+    state = code_state(root)
+    if state["commit"] is None:
         return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+    return state["commit"][:7] + (" (with uncommitted changes)" if state["dirty"] else "")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -217,14 +220,15 @@ def report_state(results: Sequence[Any], finished: bool) -> tuple[str, str]:
     return "complete", f"Complete: all {len(results)} notebooks ran without error."
 
 
-def _scale_section(out_dir: Path, names: Sequence[str]) -> str:
+def _grid_scale(out_dir: Path, names: Sequence[str]) -> str:
+    """The summary notebook's ``scale.csv``: the ablation grid's settings next to the paper's (Table 3)."""
     for name in names:
         rows = _read_csv(out_dir / name / SCALE_FILE)
         if not rows:
             continue
         columns = list(rows[0])
         head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
-        half = (len(rows) + 1) // 2  # two tables side by side keep the findings near the top
+        half = (len(rows) + 1) // 2  # two tables side by side
         tables = "".join(
             f"<table><tr>{head}</tr>\n" + "\n".join(
                 "<tr>" + "".join(f"<td>{_esc(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in part)
@@ -232,9 +236,79 @@ def _scale_section(out_dir: Path, names: Sequence[str]) -> str:
         ours = columns[1] if len(columns) > 1 else None
         empty = ours is not None and all(r.get(ours, "-") in ("-", "", "0 (0)") for r in rows)
         note = " No runs were found, so only the paper's column is filled." if empty else ""
-        return (f"<p class=\"note\">From <a href=\"{_href(name + '.html')}\">{_esc(name)}</a>: the settings of the runs it "
-                f"summarised, next to the paper's (Table 3).{note}</p><div class=\"side\">{tables}</div>")
-    return "<p class=\"note\">No scale table: no notebook of this report wrote one (the summary notebook did not run).</p>"
+        return (f"<details><summary>The ablation grid's settings next to the paper's (Table 3), from "
+                f"<a href=\"{_href(name + '.html')}\">{_esc(name)}</a>{note}</summary>"
+                f"<div class=\"side\">{tables}</div></details>")
+    return "<p class=\"note\">No ablation-grid scale table: the summary notebook did not write one.</p>"
+
+
+def _decided_on(c: Mapping[str, Any]) -> str:
+    return (c.get("decided_by") or {}).get("map") or "not recorded"
+
+
+def _scale_section(out_dir: Path, names: Sequence[str]) -> str:
+    """Per claim, the map (or grid) that decided it and its scale; the claims of one report come from several."""
+    by_scale: dict[tuple[str, str], list[str]] = {}
+    for _, c in claims_in(out_dir, names):
+        by_scale.setdefault((_decided_on(c), c.get("scale") or "n/a"), []).append(c.get("claim", ""))
+    rows = [f"<tr><td>{_esc(source)}</td><td class=\"evidence\">{_esc(scale)}</td><td><ul>"
+            + "".join(f"<li>{_esc(claim)}</li>" for claim in decided) + "</ul></td></tr>"
+            for (source, scale), decided in by_scale.items()]
+    table = ("<table class=\"scale\"><tr><th>decided on</th><th>scale</th><th>claims</th></tr>\n" + "\n".join(rows)
+             + "</table>") if rows else "<p class=\"note\">No claims recorded, so no scale decided one.</p>"
+    return (f"<p class=\"note\">Each claim was decided on the runs of one map or grid, at that map's scale "
+            f"(training N, trials per step, steps, width, evaluation N, seeds).</p>{table}"
+            + _grid_scale(out_dir, names))
+
+
+def _links(out_dir: Path, notebook: str, c: Mapping[str, Any]) -> list[str]:
+    decided = c.get("decided_by") or {}
+    page_of = decided.get("notebook", notebook)
+    links = [f"<a href=\"{_href(_anchor(out_dir, page_of, decided.get('section')))}\">"
+             f"{_esc(decided.get('section') or page_of)}</a>"]
+    for fig in decided.get("figures", ()):
+        png = out_dir / page_of / f"{fig}.png"
+        if png.is_file():
+            links.append(f"<a href=\"{_href(f'{page_of}/{fig}.png')}\">{_esc(fig)}</a>")
+        else:
+            links.append(f"<span class=\"note\">{_esc(fig)} (not drawn)</span>")
+    return links
+
+
+def _effect(c: Mapping[str, Any]) -> str:
+    """'<estimate> [low, high]' with the statistic named below it, or the count a claim states."""
+    if c.get("estimate") is None:
+        return "<span class=\"note\">n/a</span>"
+    value = fmt(c["estimate"])
+    if c.get("low") is not None:
+        value += f" [{fmt(c['low'])}, {fmt(c['high'])}]"
+    return f"<b>{_esc(value)}</b><div class=\"note\">{_esc(c.get('statistic', ''))}</div>"
+
+
+def headline_figure(out_dir: Path, claims: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[str, Mapping] | None:
+    """(figure path relative to the report, its claim): the first figure drawn for the first claim that has
+    one, in the notebooks' order, so the kernel gap against N when notebook 07 drew it."""
+    for notebook, c in claims:
+        decided = c.get("decided_by") or {}
+        page_of = decided.get("notebook", notebook)
+        for fig in decided.get("figures", ()):
+            if (out_dir / page_of / f"{fig}.png").is_file():
+                return f"{page_of}/{fig}.png", c
+    return None
+
+
+def _headline(out_dir: Path, claims: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    found = headline_figure(out_dir, claims)
+    if found is None:
+        return ""
+    rel, c = found
+    caption = f"{c.get('claim', '')}: {c.get('verdict', '')}"
+    if c.get("estimate") is not None and c.get("low") is not None:
+        caption += (f", {c.get('statistic', '')} {fmt(c['estimate'])} (95 % interval {fmt(c['low'])}-"
+                    f"{fmt(c['high'])}, {c.get('seeds', 0)} seeds)")
+    return (f"<figure class=\"headline\" id=\"headline\"><a href=\"{_href(rel)}\"><img src=\"{_href(rel)}\" "
+            f"alt=\"{_esc(Path(rel).stem)}\"></a><figcaption class=\"note\">{_esc(caption)}; decided on "
+            f"{_esc(_decided_on(c))}.</figcaption></figure>")
 
 
 def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str, Any]) -> str:
@@ -247,29 +321,22 @@ def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str,
     line = ", ".join(f"<span class=\"v-{v.replace(' ', '-')}\"><b>{counts[v]}</b> {v}</span>" for v in VERDICTS)
     rows = []
     for notebook, c in claims:
-        decided = c.get("decided_by") or {}
-        page_of = decided.get("notebook", notebook)
-        links = [f"<a href=\"{_href(_anchor(out_dir, page_of, decided.get('section')))}\">"
-                 f"{_esc(decided.get('section') or page_of)}</a>"]
-        for fig in decided.get("figures", ()):
-            png = out_dir / page_of / f"{fig}.png"
-            if png.is_file():
-                links.append(f"<a href=\"{_href(f'{page_of}/{fig}.png')}\">{_esc(fig)}</a>")
-            else:
-                links.append(f"<span class=\"note\">{_esc(fig)} (not drawn)</span>")
         verdict = c["verdict"]
-        statistic = statistic_text(c) if c.get("estimate") is not None else ""
-        needs = f"<div class=\"note\">To decide: {_esc(c['needs'])}</div>" if c.get("needs") else ""
+        needs = f"<p>To decide: {_esc(c['needs'])}</p>" if c.get("needs") else ""
+        # The per-cell evidence runs to many lines for a map's claims: folded, so each row stays one or two lines.
+        detail = (f"<details><summary>evidence</summary><p>{_esc(c.get('source', ''))}. "
+                  f"Paper: {_esc(c.get('paper', ''))}</p><p>{_esc(c.get('evidence', ''))}</p>{needs}"
+                  f"<p>Decided at: {_esc(c.get('scale') or 'n/a')}</p></details>")
+        scale = _esc(scale_label(c.get("scale") or "") or "n/a")
         rows.append(
-            f"<tr><td><span class=\"badge v-{verdict.replace(' ', '-')}\">{_esc(verdict)}</span></td>"
-            f"<td>{_esc(c.get('claim', ''))}<div class=\"note\">{_esc(c.get('source', ''))}</div></td>"
-            f"<td>{_esc(c.get('paper', ''))}</td>"
-            f"<td class=\"evidence\"><b>{_esc(statistic)}</b>{'<br>' if statistic else ''}"
-            f"{_esc(c.get('evidence', ''))}{needs}<div class=\"note\">Decided at: {_esc(c.get('scale') or 'n/a')}</div></td>"
-            f"<td>{'<br>'.join(links)}</td></tr>")
-    return (f"<p>{line} of {len(claims)} claims; each states the scale that decided it.</p>"
-            "<table><tr><th>verdict</th><th>claim</th><th>paper</th><th>this run: statistic, evidence, scale</th>"
-            "<th>decided by</th></tr>\n" + "\n".join(rows) + "</table>")
+            f"<tr class=\"finding\"><td><span class=\"badge v-{verdict.replace(' ', '-')}\">{_esc(verdict)}</span></td>"
+            f"<td>{_esc(c.get('claim', ''))} {detail}</td><td>{_effect(c)}</td><td>{_esc(c.get('seeds', 0))}</td>"
+            f"<td>{scale}<div class=\"note\">{_esc(_decided_on(c))}</div></td>"
+            f"<td class=\"links\">{' · '.join(_links(out_dir, notebook, c))}</td></tr>")
+    return (_headline(out_dir, claims)
+            + f"<p>{line} of {len(claims)} claims; each row names the map and scale that decided it.</p>"
+            "<table class=\"findings\"><tr><th>verdict</th><th>claim</th><th>effect [95 % interval]</th><th>seeds</th>"
+            "<th>decided at</th><th>shown in</th></tr>\n" + "\n".join(rows) + "</table>")
 
 
 def _files_line(label: str, links: Sequence[str]) -> str:
@@ -411,10 +478,10 @@ def render_landing(out_dir: Path, report: str, results: Sequence[Any], params_so
 <p class="status {state}" id="status">{_esc(first_line)}</p>
 <h1>heavytail report: {_esc(report)}</h1>
 <p class="meta">{' · '.join(meta)}</p>
-<h2 id="scale">The scale that ran</h2>
-{_scale_section(out_dir, names)}
 <h2 id="findings">Findings</h2>
 {_findings_section(out_dir, names, by_name)}
+<h2 id="scale">The scale that decided each claim</h2>
+{_scale_section(out_dir, names)}
 <h2 id="notebooks">Notebooks</h2>
 <div class="cards">
 {cards}

@@ -164,6 +164,15 @@ def _ipc_kernel_manager():
             # socket files are removed when the kernel shuts down).
             return os.path.join(tempfile.gettempdir(), f"heavytail-kernel-{uuid.uuid4().hex}")
 
+        async def _async_interrupt_kernel(self) -> None:
+            # jupyter_client interrupts a kernel before every shutdown request, and ipykernel logs that interrupt
+            # as "ERROR | KeyboardInterrupt caught in kernel" although nothing failed. papermill shuts a kernel
+            # down once its last cell has returned, so there is nothing to interrupt then; an interrupt asked
+            # for while the kernel runs (a timeout) still goes through.
+            if self.shutting_down:
+                return
+            await super()._async_interrupt_kernel()
+
     return IPCKernelManager
 
 

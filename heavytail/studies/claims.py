@@ -12,13 +12,15 @@ notebooks print. A rule answers one of four verdicts:
 - ``undecided at this power``: neither; the record says what it would take (more seeds, another N);
 - ``not run``: the runs the rule needs are absent.
 
-"Too few seeds" is always *undecided*, never *not reproduced*; no effect found is not "no effect".
+"Too few seeds" is always *undecided*, never *not reproduced*; no effect found is not "no effect". The
+statistics are scipy's (t intervals, the TOST, the sign-flip test, Clopper-Pearson intervals, slopes); the
+rules are what this module adds.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -56,7 +58,8 @@ class Estimate:
 
 
 def t_interval(values: Sequence[float], level: float = LEVEL) -> Estimate:
-    """The mean of per-seed values with Student's t interval (seeds are the replicates)."""
+    """The mean of per-seed values with Student's t interval (seeds are the replicates), by
+    ``scipy.stats.ttest_1samp``; its p is the two-sided test of mean 0."""
     x = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
     n = len(x)
     if n == 0:
@@ -64,17 +67,16 @@ def t_interval(values: Sequence[float], level: float = LEVEL) -> Estimate:
     mean = float(x.mean())
     if n == 1:
         return Estimate(mean, -math.inf, math.inf, 1, level)
-    se = float(x.std(ddof=1)) / math.sqrt(n)
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
-    p = float(2 * stats.t.sf(abs(mean) / se, n - 1)) if se > 0 else (0.0 if mean != 0 else 1.0)
-    return Estimate(mean, mean - half, mean + half, n, level, p)
+    if float(x.std(ddof=1)) == 0:  # every seed the same: no spread, and scipy's t is undefined
+        return Estimate(mean, mean, mean, n, level, 0.0 if mean != 0 else 1.0)
+    test = stats.ttest_1samp(x, 0.0)
+    ci = test.confidence_interval(level)
+    return Estimate(mean, float(ci.low), float(ci.high), n, level, float(test.pvalue))
 
 
 def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Least-squares slope of ys on xs."""
-    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
-    xc = x - x.mean()
-    return float((xc * (y - y.mean())).sum() / (xc**2).sum())
+    """Least-squares slope of ys on xs (``scipy.stats.linregress``)."""
+    return float(stats.linregress(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)).slope)
 
 
 def per_seed_slopes(by_seed: Mapping[int, Mapping[int, float]]) -> dict[int, float]:
@@ -132,28 +134,42 @@ def equivalence_rule(log_ratios: Sequence[float], min_seeds: int = MIN_SEEDS,
         return Decision(REPRODUCED, est, "differs")
     if est.high < 0:
         return Decision(NOT_REPRODUCED, est, "differs, the other way")
-    tost = t_interval(log_ratios, level=0.90)
-    if -margin < tost.low and tost.high < margin:
+    if tost_equivalent(log_ratios, margin):
+        tost = t_interval(log_ratios, level=0.90)
         return Decision(NOT_REPRODUCED, est, f"equivalent within x{math.exp(margin):.2f} (TOST at 5 %, 90 % "
                                              f"interval x{math.exp(tost.low):.2f}-x{math.exp(tost.high):.2f})")
     return Decision(UNDECIDED, est, f"neither different nor equivalent within x{math.exp(margin):.2f}; more seeds")
 
 
-def signflip_p(diffs: Sequence[float], max_exact: int = 16, n_random: int = 20000, seed: int = 0) -> float:
-    """Two-sided p value of the paired sign-flip (permutation) test of mean(diffs) = 0: exact over all 2^n
-    sign patterns for n <= ``max_exact``, Monte Carlo beyond. Valid for any symmetric null, so it suits
-    fractions with many ties at zero, where a t test's normality fails."""
+def tost_equivalent(values: Sequence[float], margin: float, alpha: float = 0.05) -> bool:
+    """Two one-sided t tests (``scipy.stats.ttest_1samp`` against -margin and +margin): is the mean within
+    +-margin at level ``alpha``? The same as the 1 - 2 alpha interval lying inside the margin."""
+    x = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
+    if len(x) < 2 or float(x.std(ddof=1)) == 0:
+        return len(x) >= 2 and abs(float(x.mean())) < margin
+    above = stats.ttest_1samp(x, -margin, alternative="greater").pvalue
+    below = stats.ttest_1samp(x, margin, alternative="less").pvalue
+    return bool(max(above, below) < alpha)
+
+
+def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(x, axis=axis)
+
+
+def signflip_p(diffs: Sequence[float], max_exact: int = 20, n_random: int = 20000, seed: int = 0) -> float:
+    """Two-sided p value of the paired sign-flip (permutation) test of mean(diffs) = 0, by
+    ``scipy.stats.permutation_test`` (``permutation_type='samples'`` on one sample flips signs): exact over
+    all 2^n sign patterns for n <= ``max_exact``, Monte Carlo beyond. Valid for any symmetric null, so it
+    suits fractions with many ties at zero, where a t test's normality fails."""
     d = np.asarray([v for v in diffs if math.isfinite(v)], dtype=float)
     n = len(d)
     if n == 0:
         return 1.0
-    observed = abs(d.mean())
-    if n <= max_exact:
-        signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
-    else:
-        signs = np.random.default_rng(seed).choice((1.0, -1.0), size=(n_random, n))
-    null = np.abs((signs * d).mean(axis=1))
-    return float((null >= observed - 1e-12).mean())
+    exact = n <= max_exact
+    result = stats.permutation_test((d,), _mean, permutation_type="samples", vectorized=True,
+                                    n_resamples=2**n if exact else n_random, batch=2**16,
+                                    alternative="two-sided", rng=np.random.default_rng(seed))
+    return float(result.pvalue)
 
 
 def graded_rule(diffs: Sequence[float], min_seeds: int = MIN_SEEDS, alpha: float = 1 - LEVEL) -> Decision:
@@ -190,16 +206,16 @@ def rate_rule(hits: int, n: int, threshold: float = 0.5, min_seeds: int = MIN_SE
 
 
 def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
-    a = 1 - level
-    low = 0.0 if k == 0 else float(stats.beta.ppf(a / 2, k, n - k + 1))
-    high = 1.0 if k == n else float(stats.beta.ppf(1 - a / 2, k + 1, n - k))
-    return low, high
+    """The exact (Clopper-Pearson) interval of a rate, ``scipy.stats.binomtest(...).proportion_ci``."""
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
+    return float(ci.low), float(ci.high)
 
 
 # ------------------------------------------------------------------------------------ power
 def t_power(effect: float, sd: float, n: int, level: float = LEVEL) -> float:
     """Power of the two-sided one-sample t test at ``level`` to find a mean of ``effect`` with per-seed
-    standard deviation ``sd`` from ``n`` seeds, in the effect's direction (noncentral t)."""
+    standard deviation ``sd`` from ``n`` seeds, in the effect's direction (scipy's noncentral t; statsmodels'
+    ``TTestPower`` adds the opposite tail, a rejection in the wrong direction, which no rule here counts)."""
     if n < 2 or sd <= 0:
         return math.nan
     df, nc = n - 1, abs(effect) / sd * math.sqrt(n)
@@ -301,6 +317,25 @@ def make_claim(id: str, claim: str, source: str, paper: str, decision: Decision,
     return Claim(id, claim, source, paper, decision.verdict, statistic, *vals, seeds=0 if est is None else est.n,
                  scale=scale, evidence=(f"Rule: {detail}. " if detail else "") + evidence, needs=needs,
                  decided_by=dict(decided_by))
+
+
+def decided_on(found: Sequence[Mapping[str, Any]], source: str) -> list[dict[str, Any]]:
+    """The claim records with the map (or grid) that decided them in ``decided_by["map"]``: the landing page's
+    scale table states it per claim, since the claims of one report come from several maps."""
+    return [{**f, "decided_by": {**(f.get("decided_by") or {}), "map": source}} for f in found]
+
+
+_SCALE_HEAD = re.compile(r"training N (?:in|=) (\{[^}]*\}|[^,]+), (\S+) trials? per step, (\S+) steps")
+
+
+def scale_label(scale: str) -> str:
+    """The deciding scale as a short label: the training N, trials per step and steps that lead every scale
+    text (:func:`heavytail.studies.kernel_gap.map_extent`, the ablation's); any other text is kept whole."""
+    m = _SCALE_HEAD.match(scale or "")
+    if not m:
+        return scale or ""
+    ns, tps, steps = m.groups()
+    return f"N {ns.strip('{}').replace(', ', '/')} · {steps} steps" + ("" if tps == "1" else f" · {tps} trials/step")
 
 
 def fmt(x: float | None, digits: int = 3) -> str:

@@ -33,7 +33,6 @@ from heavytail.names import BACKEND_LABELS, KERNEL_COLORS, kernel_names
 SOFTMAX_SDPA = ("softmax", "sdpa")
 SOFTMAX_EXACT = ("softmax", "tiled")
 LOG_ELU = ("log_elu", "auto")
-PAPER_N = 16384  # Table 3: the paper's training and evaluation N
 AT = ("common", "train")  # where a ratio is read: the common evaluation N, or the run's own training N
 TRACE_KEYS = ("loss", "grad_norm", "collapsed_fraction")
 BLOCK_TRACE_KEYS = ("max_abs_score", "attn_entropy_ratio", "attn_max_weight", "qk_spectral_norm", "grad_norm")

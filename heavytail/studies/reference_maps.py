@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Sequence
 
 from heavytail import cli
@@ -86,7 +86,26 @@ class Source:
         done = (f"{p['finished']} of {p['configurations']} configurations" + ("" if p.get("complete") else
                 ", INCOMPLETE: the grid was shipped before it finished")) if "finished" in p else f"{len(self.runs)} runs"
         return (f"{self.label}: {done}; trained at commit {commits}; shipped {p.get('shipped', p.get('date'))} "
-                f"by `{p.get('command')}`")
+                f"by `{portable_command(str(p.get('command')))}`")
+
+
+# The repository's top-level folders a shipping command names; a path through one of them is shown from there.
+_REPO_FOLDERS = ("outputs", "params", "notebooks", "benchmarks", "heavytail", "tests")
+
+
+def portable_command(command: str) -> str:
+    """``command`` with every path argument made repository-relative (``/work/wt-grid/outputs/grid-x`` and
+    ``../wt-grid/outputs/grid-x`` become ``outputs/grid-x``): shipped maps travel between machines and
+    checkouts, and the absolute path of the one that shipped them means nothing elsewhere."""
+    def portable(arg: str) -> str:
+        parts = PurePosixPath(arg).parts
+        if "/" not in arg or (parts and parts[0] in _REPO_FOLDERS):
+            return arg
+        for i, part in enumerate(parts):
+            if part in _REPO_FOLDERS:
+                return str(PurePosixPath(*parts[i:]))
+        return arg
+    return " ".join(portable(a) for a in command.split(" "))
 
 
 def source(name: str, local_dir: str | Path | None = None, root: Path | None = None) -> Source:
@@ -158,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"unknown map {args.name!r}; the shipped maps are: {', '.join(MAPS)}")
         path = ship(args.name, args.grid_dir, output=args.output, allow_dirty=args.allow_dirty,
                     allow_mixed=args.allow_mixed,
-                    command="python -m heavytail ship-map " + " ".join(argv if argv is not None else sys.argv[1:]))
+                    command=portable_command("python -m heavytail ship-map "
+                                             + " ".join(argv if argv is not None else sys.argv[1:])))
     except cli.BAD_INPUT as err:
         return cli.bad_input("ship-map", err)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")

@@ -1,0 +1,186 @@
+"""The claim groups: which shipped map decides which claims, in one list, and the findings table made from them.
+
+A group is a name (``python -m heavytail claims NAME``), the shipped map it reads
+(:data:`heavytail.studies.reference_maps.MAPS`) and the function that decides its claims from the map's runs.
+Adding a group is one entry in :data:`GROUPS`. A group whose map is not shipped still has its row in the
+findings table, saying *not run*, so the README's table can list a group before its grid has run.
+
+``python -m heavytail claims table`` prints the findings table of every headline group (what the README
+embeds between its ``<!-- claims table -->`` markers); ``python -m heavytail claims NAME`` the claims of one
+group in full, as a list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from heavytail.studies import (claims, collapse_ladder, converged_gap, kernel_gap_claims, phase_diagram,
+                               reference_maps, subnormal_ab)
+
+TABLE = "table"  # the name under which `claims` prints every headline group as one table
+
+
+@dataclass(frozen=True)
+class ClaimGroup:
+    """Claims decided on one shipped map: ``findings(runs)`` returns :class:`heavytail.studies.claims.Claim`
+    records. ``headline`` groups are the README's findings table; the others are printed on request."""
+
+    name: str
+    map: str
+    findings: Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]]
+    headline: bool = True
+
+
+GROUPS: tuple[ClaimGroup, ...] = (
+    ClaimGroup("gap-design", "gap-design", kernel_gap_claims.findings),
+    ClaimGroup("gap-long", "gap-long", kernel_gap_claims.long_findings),
+    # the trained claims only: notebook 08 adds the static test, which it computes itself
+    ClaimGroup("phase", "phase", phase_diagram.findings),
+    # the earlier map, a second arm of the same claims (notebook 07)
+    ClaimGroup("gap-points", "gap-points", kernel_gap_claims.findings, headline=False),
+    # the paper's collapse, rung by rung toward Table 3 (notebook 09)
+    ClaimGroup("ladder", "ladder", collapse_ladder.findings),
+    # every variant at its own lr to convergence, next to the design recipe's floor-free gap (notebook 07)
+    ClaimGroup("gap-converged", "gap-converged", lambda runs: converged_gap.findings(runs, _design_runs())),
+    ClaimGroup("subnormal-ab", "subnormal-ab", subnormal_ab.findings, headline=False),
+)
+
+
+def _design_runs() -> tuple:
+    """The design map's runs, which the converged-gap claims set side by side with their own."""
+    shipped = reference_maps.load("gap-design")
+    return tuple(shipped["runs"]) if shipped else ()
+
+
+def group(name: str, groups: Sequence[ClaimGroup] = GROUPS) -> ClaimGroup:
+    for g in groups:
+        if g.name == name:
+            return g
+    raise ValueError(f"unknown claim group {name!r}; the groups are: {', '.join(g.name for g in groups)}, "
+                     f"and {TABLE} for all of them as one table")
+
+
+def title(g: ClaimGroup) -> str:
+    spec = reference_maps.MAPS.get(g.map)
+    return spec.title if spec else g.map
+
+
+def decide(g: ClaimGroup, root: Path | None = None) -> list[dict[str, Any]] | None:
+    """The group's claims decided on its shipped map, each with the map in ``decided_by``; None when the map
+    is not shipped (or not yet registered in :data:`heavytail.studies.reference_maps.MAPS`)."""
+    if g.map not in reference_maps.MAPS:
+        return None
+    shipped = reference_maps.load(g.map, root)
+    if shipped is None:
+        return None
+    return claims.decided_on(g.findings(shipped["runs"]), title(g))
+
+
+# ------------------------------------------------------------------------------------ the findings table
+COLUMNS = ("claim", "verdict", "effect [95 % interval]", "seeds", "decided at", "figure")
+
+
+def effect_text(c: Mapping[str, Any]) -> str:
+    """'<statistic>: <estimate> [<low>, <high>]' (the 95 % interval), or the count a claim states."""
+    if c.get("estimate") is None:
+        return "n/a"
+    value = claims.fmt(c["estimate"])
+    if c.get("low") is not None:
+        value += f" [{claims.fmt(c['low'])}, {claims.fmt(c['high'])}]"
+    return f"{c['statistic']}: {value}" if c.get("statistic") else value
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _shown_in(c: Mapping[str, Any]) -> str:
+    """The notebook that decides the claim, with the first figure it names."""
+    decided = c.get("decided_by") or {}
+    notebook = decided.get("notebook")
+    if not notebook:
+        return ""
+    figure = next(iter(decided.get("figures", ())), None)
+    return f"[{notebook[:2]}" + (f" {figure}" if figure else "") + f"](notebooks/{notebook}.py)"
+
+
+def table_rows(groups: Sequence[ClaimGroup] = GROUPS, root: Path | None = None) -> list[tuple[str, ...]]:
+    """One row per claim of every headline group (``COLUMNS``); a group whose map is absent is one row,
+    *not run*, naming the grid that would make it."""
+    rows = []
+    for g in groups:
+        if not g.headline:
+            continue
+        found = decide(g, root)
+        if found is None:
+            spec = reference_maps.MAPS.get(g.map)
+            grid = f"`python -m heavytail grid {spec.grid}`" if spec else f"the {g.map} map is not registered"
+            rows.append((f"*{title(g)}* (`{g.name}`)", claims.NOT_RUN, "n/a", "0", "map not shipped", grid))
+            continue
+        for c in found:
+            label = claims.scale_label(c.get("scale", ""))
+            rows.append((c["claim"], c["verdict"], effect_text(c), str(c.get("seeds", 0)),
+                         f"{label} · {g.name}" if label else g.name, _shown_in(c)))
+    return rows
+
+
+def table_markdown(groups: Sequence[ClaimGroup] = GROUPS, root: Path | None = None) -> str:
+    rows = table_rows(groups, root)
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def list_markdown(found: Sequence[Mapping[str, Any]]) -> str:
+    """The claims as a markdown list, one sentence each (:func:`heavytail.studies.claims.render`)."""
+    return "\n".join(f"- {claims.render(f)}" for f in found)
+
+
+def text_of(name: str, root: Path | None = None, groups: Sequence[ClaimGroup] = GROUPS) -> str:
+    """What ``python -m heavytail claims NAME`` prints: the table of every group, or one group's claims."""
+    if name == TABLE:
+        return table_markdown(groups, root)
+    g = group(name, groups)
+    found = decide(g, root)
+    if found is None:
+        raise ValueError(f"{reference_maps.path_of(g.map, root)} is not shipped; run its grid and "
+                         "python -m heavytail ship-map")
+    return list_markdown(found)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m heavytail claims [NAME] [--update FILE]``."""
+    import argparse
+    import re
+
+    from heavytail import cli
+    from heavytail.io import atomic_write_text
+
+    parser = argparse.ArgumentParser(prog="python -m heavytail claims",
+                                     description="Print the claims decided on the shipped reference maps.")
+    parser.add_argument("name", nargs="?", default=GROUPS[0].name,
+                        help=f"a claim group ({', '.join(g.name for g in GROUPS)}; default %(default)s), or "
+                             f"{TABLE}: every headline group as one findings table")
+    parser.add_argument("--update", metavar="FILE", default=None,
+                        help="rewrite the block between '<!-- claims NAME -->' and '<!-- /claims -->' in FILE")
+    args = parser.parse_args(argv)
+    try:
+        text = text_of(args.name)
+    except cli.BAD_INPUT as err:
+        return cli.bad_input("claims", err)
+    if args.update is None:
+        print(text)
+        return 0
+    path = Path(args.update)
+    pattern = re.compile(rf"(<!-- claims {re.escape(args.name)} -->\n).*?(\n<!-- /claims -->)", re.S)
+    try:
+        old = path.read_text()
+        if not pattern.search(old):
+            raise ValueError(f"{path} has no '<!-- claims {args.name} -->' ... '<!-- /claims -->' block")
+    except cli.BAD_INPUT + (OSError,) as err:
+        return cli.bad_input("claims", err)
+    atomic_write_text(path, pattern.sub(lambda m: m.group(1) + text + m.group(2), old))
+    print(f"updated the {args.name} claims in {path}")
+    return 0

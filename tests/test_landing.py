@@ -1,0 +1,61 @@
+"""The landing page's findings, without a notebook run: the claims of the shipped kernel-gap map written as a
+notebook would write them, then the page rendered from that folder (tests/test_browser.py measures the real
+smoke report in Chromium)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from heavytail.pipeline.landing import claims_in, headline_figure, render_landing
+from heavytail.pipeline.notebook import NotebookResult
+from heavytail.studies import claims as C
+from heavytail.studies import kernel_gap_claims as K
+from heavytail.studies import reference_maps as R
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _report(tmp_path: Path) -> tuple[Path, list]:
+    found = C.decided_on(K.findings(R.load("gap-design", ROOT)["runs"]), "one-trial-per-step map (shipped)")
+    (tmp_path / "07_kernel_gap").mkdir()
+    (tmp_path / "07_kernel_gap" / "claims.json").write_text(json.dumps(found))
+    (tmp_path / "07_kernel_gap" / "growth_slopes.png").write_bytes(b"\x89PNG")
+    return tmp_path, [NotebookResult("07_kernel_gap", status="ok", elapsed_s=1.0, html="07_kernel_gap.html")]
+
+
+def test_each_finding_is_one_row_with_its_evidence_folded(tmp_path):
+    out, results = _report(tmp_path)
+    page = render_landing(out, "t", results, None, True, ROOT)
+    findings = page[page.index('id="findings"'):page.index('id="scale"')]
+    rows = re.findall(r'<tr class="finding">(.*?)</tr>', findings, re.S)
+    claims = [c for _, c in claims_in(out, ["07_kernel_gap"])]
+    assert len(rows) == len(claims) == 5
+    for row, c in zip(rows, claims):
+        visible = re.sub(r"<details>.*?</details>", "", row, flags=re.S)
+        assert c["verdict"] in visible and f"[{C.fmt(c['low'])}, {C.fmt(c['high'])}]" in visible
+        assert C.scale_label(c["scale"]) in visible and "one-trial-per-step map (shipped)" in visible
+        assert c["evidence"][:40] not in visible, "the evidence belongs in the folded detail"
+        assert "<details>" in row
+
+
+def test_the_headline_figure_is_the_first_drawn_figure_of_the_first_claim(tmp_path):
+    out, results = _report(tmp_path)
+    claims = claims_in(out, ["07_kernel_gap"])
+    # the first claim names gap_vs_n first, which was not drawn here; growth_slopes was
+    assert headline_figure(out, claims) == ("07_kernel_gap/growth_slopes.png", claims[0][1])
+    page = render_landing(out, "t", results, None, True, ROOT)
+    assert page.index('id="headline"') < page.index('class="findings"')
+    (out / "07_kernel_gap" / "growth_slopes.png").unlink()
+    assert 'id="headline"' not in render_landing(out, "t", results, None, True, ROOT)
+
+
+def test_the_scale_table_names_the_map_that_decided_each_claim(tmp_path):
+    out, results = _report(tmp_path)
+    page = render_landing(out, "t", results, None, True, ROOT)
+    scale = page[page.index('id="scale"'):page.index('id="notebooks"')]
+    rows = re.findall(r"<tr><td>(.*?)</td><td class=\"evidence\">(.*?)</td>", scale)
+    assert {source for source, _ in rows} == {"one-trial-per-step map (shipped)"}
+    assert len(rows) == 2  # the growth claims at three N, the others at the largest
+    assert all(s.startswith("training N") for _, s in rows)
