@@ -58,7 +58,8 @@ def test_the_readme_is_a_front_page():
 def test_every_claims_block_is_printed_from_the_shipped_maps():
     found = {(page, name): text for page, body in PAGES.items() for name, text in BLOCK.findall(body)}
     assert ("README.md", CG.TABLE) in found, "the README has no findings table block"
-    assert {name for _, name in found} >= {g.name for g in CG.GROUPS if g.headline}
+    # every headline group whose map is shipped has its sentences in a page (the others are 'not run' rows)
+    assert {name for _, name in found} >= {g.name for g in CG.GROUPS if g.headline and CG.decide(g, ROOT) is not None}
     for (page, name), text in found.items():
         expected = CG.text_of(name, ROOT)
         assert text.strip() == expected.strip(), (
