@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,9 +20,39 @@ from typing import Any, Sequence
 BAD_INPUT = (ValueError, FileNotFoundError, NotADirectoryError, ModuleNotFoundError)
 
 
+def check_writable(path: str | os.PathLike, what: str = "output folder") -> Path:
+    """Refuse (one-line ValueError) a folder that cannot be created or written, before any work starts: one below a
+    file, or in a read-only place. Creates nothing: the nearest existing folder is probed with a file it removes."""
+    path = Path(path).absolute()
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{what} {path} cannot be created: {probe} is a file, not a folder")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".heavytail-write-test-", dir=probe)
+    except OSError as err:
+        raise ValueError(f"{what} {path} cannot be written: {probe}: {err.strerror or err}") from None
+    os.close(fd)
+    os.unlink(tmp)
+    return path
+
+
+class _WritableFolder(argparse.Action):
+    """``--output DIR`` checked for writability as it is parsed: the command's one-line error and exit 2, before it
+    reads anything else or starts any work."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            check_writable(values)
+        except ValueError as err:
+            sys.exit(bad_input(parser.prog.split()[-1], err))
+        setattr(namespace, self.dest, values)
+
+
 def add_output(parser: argparse.ArgumentParser, help: str, *aliases: str, required: bool = False) -> None:
     parser.add_argument("--output", *aliases, dest="output", default=None, required=required, metavar="DIR",
-                        help=help)
+                        help=help, action=_WritableFolder)
 
 
 def add_quiet(parser: argparse.ArgumentParser, *aliases: str) -> None:
@@ -52,6 +83,13 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
         except yaml.YAMLError as err:
             raise ValueError(f"--set {pair!r}: the value is not a YAML scalar ({err.__class__.__name__})") from None
     return out
+
+
+def yaml_scalar(value: Any) -> str:
+    """``value`` as ``--set KEY=VALUE`` reads it back (``0.01``, ``true``, ``[1, 2]``)."""
+    import yaml
+
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def read_yaml(path: str | os.PathLike) -> Any:

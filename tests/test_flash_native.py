@@ -7,6 +7,7 @@ The extension must build here: the suite does not skip it (CI has the C++ compil
 """
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -227,3 +228,124 @@ def test_the_loop_is_named_for_the_profiler(ext):
         flash_native.native_flash(*x, get_kernel("log_elu")).sum().backward()
     seen = {e.name for e in prof.events()}
     assert {flash_native.PROFILE_FORWARD, flash_native.PROFILE_BACKWARD} <= seen
+
+
+# ------------------------------------------------------------------------- the loop can only help, never stop a run
+def _cpu_flags() -> set[str]:
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+
+
+@pytest.mark.parametrize("capability", ["AVX2", "DEFAULT"])
+def test_the_avx2_and_generic_builds_agree_with_the_dispatched_one(ext, capability):
+    """A machine without AVX-512 builds the AVX2 or the generic loop: forced here, one small shape each (two query
+    and two key blocks), against float64 dense and against the build this CPU dispatches to."""
+    if capability == "AVX2" and "avx2" not in _cpu_flags():
+        pytest.skip("this CPU has no AVX2")
+    forced = flash_native.extension(capability)
+    assert forced is not None, f"the {capability} build failed (see the log)"
+    assert forced is not ext or capability == torch.backends.cpu.get_cpu_capability()
+    q = _inputs((1, 100, 16))[0]
+    k, v = _inputs((1, 600, 16), seed=1)[:2]
+    go = torch.randn(1, 100, 16, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    for name in ("softmax", "squared_elu", "log_elu", "elu_pow0.5"):
+        chain, order = get_kernel(name).native
+        x64 = [t.clone().requires_grad_() for t in (q, k, v)]
+        ref = kernel_attention(*(t[None] for t in x64), name, backend="dense")[0]
+        gref = torch.autograd.grad(ref, x64, go)
+        results = []
+        for module in (forced, ext):
+            x = [t.float().requires_grad_() for t in (q, k, v)]
+            out = flash_native._NativeFlash.apply(*x, flash_native.CHAINS[chain], float(order), module)
+            results.append((out, torch.autograd.grad(out, x, go.float())))
+        (out, grads), (out_here, grads_here) = results
+        assert _rel(out, ref) < TOL and _rel(out, out_here.double()) < TOL, (capability, name)
+        for g, gr, gh in zip(grads, gref, grads_here):
+            assert _rel(g, gr) < 10 * TOL and _rel(g, gh.double()) < 10 * TOL, (capability, name)
+
+
+def test_the_build_is_keyed_by_source_torch_version_and_instruction_set():
+    """Checkouts with another source, or another torch, never load, rebuild or replace one another's build."""
+    here = torch.backends.cpu.get_cpu_capability()
+    name = flash_native.build_name(here)
+    assert name == flash_native.build_name(here)  # stable
+    source = flash_native.SOURCE.read_bytes()
+    others = {flash_native.build_name(here, source + b"// edited\n"), flash_native.build_name(here, torch_version="9.9"),
+              flash_native.build_name("AVX2" if here != "AVX2" else "DEFAULT")}
+    assert name not in others and len(others) == 3
+    assert name.startswith(f"heavytail_flash_{here.lower()}_")
+
+
+def test_switched_off_nothing_is_built_not_even_under_auto(monkeypatch):
+    calls = []
+    monkeypatch.setattr(flash_native, "extension", lambda *a: calls.append(a))
+    monkeypatch.setenv(flash_native.ENV_SWITCH, "0")
+    assert "flash:native" not in [c.label for c in attention.auto_candidates("log_elu", "cpu", torch.float32)]
+    q, k, v = (t.float().requires_grad_() for t in _inputs((1, 1, 40, 16), seed=7))
+    kernel_attention(q, k, v, "linear_elu").sum().backward()
+    kernel_attention(q, k, v, "log_elu", backend="flash").sum().backward()
+    with pytest.raises(RuntimeError, match="switched on: False; built: False"):
+        kernel_attention(q, k, v, "log_elu", backend="flash", native=True)
+    assert calls == []
+
+
+def test_a_lock_left_by_a_killed_build_is_cleared_not_waited_for(ext, tmp_path):
+    """torch's builder leaves ``lock`` behind when it is killed half-way, and every later build would wait for it
+    forever: the next build (in a fresh process) removes it, with one warning, and loads."""
+    import subprocess
+    import sys
+
+    code = ("import logging, torch; logging.basicConfig()\n"
+            "from heavytail.science import flash_native as f\n"
+            "d = f._build_dir(f.build_name(torch.backends.cpu.get_cpu_capability()))\n"
+            "(d / 'lock').touch()\n"
+            "print(f.extension() is not None, (d / 'lock').exists())\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the build waited for a lock no live process holds")
+    assert done.stdout.split() == ["True", "False"], done.stderr
+    assert "left by a build that was killed half-way" in done.stderr
+
+
+def test_a_build_held_by_another_live_process_past_the_wait_falls_back_with_one_warning(ext, monkeypatch, caplog):
+    import fcntl
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    build_dir = flash_native._build_dir(flash_native.build_name(capability))
+    monkeypatch.setenv(flash_native.WAIT_SWITCH, "0.5")
+    with open(build_dir / flash_native.LOCK_NAME, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another open file: the builder below must wait for this one
+        with caplog.at_level("WARNING", logger=flash_native.__name__):
+            assert flash_native._load.__wrapped__(capability) is None
+    warned = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "for over 0 s" in warned[0].getMessage(), [r.getMessage() for r in warned]
+
+
+def test_without_a_compiler_every_backend_that_validates_runs_eagerly_with_one_warning(tmp_path):
+    """No C++ compiler: nothing is built, flash and compiled tiled run their eager passes (one warning for the
+    machine), and a short training run on attention_backend=flash completes."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, torch\nlogging.basicConfig()\n"
+        "from heavytail.science.attention import kernel_attention\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "q, k, v = (torch.randn(1, 1, 40, 16, generator=g, requires_grad=True) for _ in range(3))\n"
+        "for backend, compiled in (('flash', None), ('tiled', True), ('auto', None), ('dense', None)):\n"
+        "    kernel_attention(q, k, v, 'log_elu', backend=backend, compiled=compiled).sum().backward()\n"
+        "from heavytail.harness.config import RunConfig\nfrom heavytail.harness.train import train\n"
+        "cfg = RunConfig.from_dict(dict(d_model=16, n_blocks=1, d_ff=32, n_points=32, trials_per_step=2, steps=2, "
+        "warmup_steps=1, checkpoint_every=2, log_every=1, kernel='log_elu', attention_backend='flash', device='cpu'))\n"
+        f"train(cfg, {str(tmp_path / 'run')!r}, quiet=True)\nprint('trained')\n")
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "PATH": str(Path(sys.executable).parent),
+           "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "trained", done.stderr[-3000:]
+    assert done.stderr.count("no C++ compiler") == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and not (tmp_path / "ext").exists()

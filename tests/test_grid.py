@@ -179,10 +179,10 @@ def test_grid_runs_skips_finished_and_isolates_a_failing_cell(tmp_path):
     spec = GridSpec.from_dict(grid)
     good, bad = spec.configs
     grid_dir = tmp_path / spec.name
-    # A folder already holding another configuration's run (the grid's base edited after a run): train()
-    # refuses to mix the two, so this configuration fails inside its training cell.
+    # A folder whose checkpoints/ is a file: this configuration fails inside its training cell, at its first
+    # checkpoint. (A folder of another configuration's run is refused before anything runs: test_reliability_probes.)
     (grid_dir / bad.name).mkdir(parents=True)
-    (grid_dir / bad.name / "config.yaml").write_text(bad.replace(steps=bad.steps + 1).to_yaml())
+    (grid_dir / bad.name / "checkpoints").write_text("")
 
     # A configuration interrupted after 4 steps (a killed worker, a SLURM timeout) resumes, not restarts.
     train(good, grid_dir / good.name, quiet=True, stop_after=4)
@@ -191,7 +191,7 @@ def test_grid_runs_skips_finished_and_isolates_a_failing_cell(tmp_path):
     assert [e.status for e in first.entries] == ["ok", "failed"]
     by_name = {e.name: e for e in first.entries}
     failed = by_name[bad.name]
-    assert "different configuration" in failed.error
+    assert "File exists" in failed.error and "checkpoints" in failed.error
     assert failed.failed_cell == train_cell(grid_dir / failed.ipynb)
     assert (grid_dir / failed.html).is_file()  # the partial notebook is rendered, not lost
 

@@ -332,7 +332,8 @@ def load_results(run_dir: str | Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m heavytail evaluate RUN_DIR ... [--device cpu]``: writes each run's results.json; 2 (one
-    line, before anything is evaluated) when a folder is not a completed run or the device is not there."""
+    line, before anything is evaluated) when a folder is not a completed run, its model.pt is unreadable or the
+    device is not there."""
     parser = argparse.ArgumentParser(prog="python -m heavytail evaluate", description="Evaluate completed runs.")
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="completed run folders")
     parser.add_argument("--floor-cache", default=None, metavar="DIR",
@@ -348,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         from heavytail.harness.train import resolve_device
 
         device = resolve_device(RunConfig(device=args.device))
+        for run_dir in args.run_dirs:  # a damaged model.pt is one line naming it, before any run is evaluated
+            load_model(run_dir, device)
     except (*cli.BAD_INPUT, RuntimeError) as err:
         return cli.bad_input("evaluate", err)
     for run_dir in args.run_dirs:

@@ -21,8 +21,11 @@ import argparse
 import collections
 import contextlib
 import math
+import pickle
 import random
+import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +193,11 @@ def _save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, data
         old.unlink(missing_ok=True)
 
 
+# What torch.load and load_state_dict raise for a file that is truncated, overwritten or not a checkpoint of this run.
+_UNREADABLE = (RuntimeError, EOFError, KeyError, ValueError, TypeError, AttributeError, pickle.UnpicklingError,
+               zipfile.BadZipFile)
+
+
 def _check_config(run_dir: Path, cfg: RunConfig) -> None:
     """A run folder belongs to one configuration: resuming under another would mix two runs."""
     saved_path = RunDir(run_dir).config_path
@@ -209,7 +217,15 @@ def load_model(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple
         raise FileNotFoundError(f"{run_dir} is not a completed run (no {COMPLETE} marker); train it first")
     cfg = RunDir(run_dir).config()
     model = build_model(cfg, device)
-    model.load_state_dict(torch.load(RunDir(run_dir).model_path, map_location=device, weights_only=True))
+    path = RunDir(run_dir).model_path
+    try:
+        model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
+    except torch.OutOfMemoryError:
+        raise
+    except _UNREADABLE as exc:  # a damaged file or another model's weights: one line naming it
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ValueError(f"{path} is not a readable model of this run ({type(exc).__name__}: {reason}); delete it and "
+                         f"{RunDir(run_dir).complete_path.name} to retrain from the last checkpoint") from None
     return model.eval(), cfg
 
 
@@ -315,16 +331,36 @@ def train(
     counters: dict[str, Any] = {"skipped": 0, "validation": [], "dense_windows": 0}
     start = 0
 
-    checkpoints = _checkpoints(run_dir)
-    if checkpoints:
-        # On the CPU: RNG states must stay CPU tensors; load_state_dict moves weights and optimizer state.
-        state = torch.load(checkpoints[-1], map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        _set_rng_state(state["rng"], data_gen)
-        counters.update(state["counters"])
-        start = state["step"]
+    # The newest intact checkpoint: one that cannot be read (a disk fault, a copy cut short) is moved aside as
+    # <name>.corrupt, named on stderr, and the one before it is used; with none intact the run starts at step 0.
+    for path in reversed(_checkpoints(run_dir)):
+        try:
+            # On the CPU: RNG states must stay CPU tensors; load_state_dict moves weights and optimizer state.
+            state = torch.load(path, map_location="cpu", weights_only=False)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            _set_rng_state(state["rng"], data_gen)
+            counters.update(state["counters"])
+            start = state["step"]
+            break
+        except torch.OutOfMemoryError:
+            raise  # the machine's fault, not the file's
+        except _UNREADABLE as exc:  # a damaged zip, pickle or state: the file is unusable
+            aside = path.with_name(path.name + ".corrupt")
+            path.replace(aside)
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            print(f"[train] warning: {path} is unreadable ({type(exc).__name__}: {reason}); moved to {aside.name}, "
+                  "using the one before it (step 0 if none)", file=sys.stderr, flush=True)
+            # A partly applied state must not leak into the next attempt: rebuilt as above, in the same order.
+            torch.manual_seed(cfg.seed)
+            np.random.seed(cfg.seed)
+            random.seed(cfg.seed)
+            model = build_model(cfg, device)
+            optimizer, scheduler = build_optimizer(cfg, model)
+            bench = build_benchmark(cfg)
+            data_gen = torch.Generator().manual_seed(cfg.seed)
+            counters = {"skipped": 0}
     # Lines logged after the checkpoint belong to steps that will be redone: drop them.
     log_path = RunDir(run_dir).metrics_path
     kept = [row for row in read_jsonl(log_path) if row["step"] <= start]

@@ -17,6 +17,13 @@ resources (:mod:`heavytail.pipeline.slurm`).
 with ``--no-wait``, is submitted), 1 when one failed or was cancelled, 2 for bad input (the grid file, its
 notebook, the cluster's limits), and 3 (:data:`EXIT_LOCKED`) when none failed but one was left to another
 grid command that holds its lock: the grid is not finished, so a script must not read it as complete.
+Ctrl-C is one line and exit 130: the configurations it stopped are recorded 'cancelled' (in grid.json and their
+execution.json) and the same command resumes them.
+
+Refused before anything is created, listed or overwritten (exit 2): a configuration folder that holds a run of
+another configuration (the grid run with a ``--set`` this command lacks: its figures and records would be deleted
+before training refused the folder), a CPU configuration whose estimated memory does not fit
+(:mod:`heavytail.harness.memory`), and an output folder that cannot be written.
 """
 
 from __future__ import annotations
@@ -29,10 +36,12 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from heavytail import cli
+from heavytail.harness import memory
 from heavytail.harness.artifacts import repo_root
-from heavytail.harness.rundir import RunDir
+from heavytail.harness.rundir import RunDir, config_differences
+from heavytail.io import save_json
 from heavytail.pipeline import cluster, lock, slurm
-from heavytail.pipeline.configuration import ConfigurationJob, configuration_jobs
+from heavytail.pipeline.configuration import ConfigurationJob, configuration_jobs, now
 from heavytail.pipeline.grid_file import GridSpec, positive_int, with_base
 from heavytail.pipeline.grid_record import GridEntry, GridReport, log, previous_entries
 from heavytail.pipeline.local import run_local, run_submitit_local
@@ -62,7 +71,6 @@ def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpe
         threads = spec.slurm.cpus_per_task if executor == "slurm" else spec.local.threads(workers)
     root = Path(output_root).resolve() if output_root is not None else repo_root() / "outputs"
     grid_dir = root / spec.name
-    grid_dir.mkdir(parents=True, exist_ok=True)
     jobs = configuration_jobs(spec, grid_dir, threads)
 
     selected = set(spec.names)
@@ -71,10 +79,15 @@ def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpe
         if not selected:
             raise ValueError(f"--only {list(only)} matches no configuration of grid {spec.name!r}; "
                              f"configurations: {spec.names}")
+    _check_run_folders(spec, jobs)  # before anything is listed, deleted or overwritten
+    _check_memory(spec, executor)
 
     if executor == "slurm" and not dry_run:
         slurm.check_slurm(spec)  # one line and exit 2 before anything is submitted
         cluster.quiet_sacct_warnings()
+    # Created only now, when nothing above refused the grid: a refusal leaves no empty folder behind.
+    cli.check_writable(grid_dir, "grid folder")
+    grid_dir.mkdir(parents=True, exist_ok=True)
     active = slurm.active_jobs(grid_dir, spec.names) if executor == "slurm" and not dry_run else {}
     before = previous_entries(grid_dir)
     report = GridReport(name=spec.name, directory=grid_dir, executor=executor, entries=[], source=spec.source)
@@ -114,15 +127,81 @@ def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpe
         f"({executor}, {workers if executor != 'slurm' else spec.slurm.array_parallelism} at once, "
         f"{threads} threads each) -> {grid_dir}")
 
-    if executor == "slurm" and (todo or earlier):
-        slurm.run_slurm(report, todo, spec, wait, earlier)
-    elif todo and executor == "local":
-        run_local(report, todo, workers)
-    elif todo:
-        run_submitit_local(report, todo, workers, spec.local.timeout_min)
+    try:
+        if executor == "slurm" and (todo or earlier):
+            slurm.run_slurm(report, todo, spec, wait, earlier)
+        elif todo and executor == "local":
+            run_local(report, todo, workers)
+        elif todo:
+            run_submitit_local(report, todo, workers, spec.local.timeout_min)
+    except KeyboardInterrupt:
+        if executor != "slurm":  # SLURM's jobs run on without this process; a rerun collects them
+            _interrupted(report, [job for _, job in todo])
+        report.write()
+        raise
+    report.refresh()
     report.finished = not any(e.status in UNFINISHED for e in report.entries)
     report.write()
     return report
+
+
+INTERRUPTED = "interrupted; rerun the same command to resume"
+
+
+def _interrupted(report: GridReport, jobs: Sequence[ConfigurationJob]) -> None:
+    """Ctrl-C: the configurations this command was executing are stopped (their workers are gone), so their records
+    say so instead of 'running'; training resumes from their checkpoints on the rerun."""
+    by_name = {job.name: job for job in jobs}
+    for entry in report.entries:
+        if entry.status != "running" or entry.name not in by_name:
+            continue
+        entry.status, entry.error = "cancelled", INTERRUPTED
+        run = RunDir(by_name[entry.name].run_dir)
+        record = run.execution()
+        if record is not None and record.get("status") == "running":
+            save_json({**record, "status": "cancelled", "error": INTERRUPTED, "finished": now()}, run.execution_path)
+
+
+def _check_memory(spec: GridSpec, executor: str) -> None:
+    """Refuse, before anything runs, a CPU configuration whose estimated memory exceeds where it will run: a SLURM
+    task's ``slurm.mem_gb``, else this machine (a GPU's memory is not known from here)."""
+    if executor == "slurm":
+        limit, where, cpu = spec.slurm.mem_gb * 2**30, f"a task of slurm.mem_gb={spec.slurm.mem_gb}", \
+            spec.slurm.gpus_per_node == 0
+    else:
+        limit, where, cpu = memory.machine_memory(), "this machine", not Path("/proc/driver/nvidia").exists()
+    for cfg, name in zip(spec.configs, spec.names):
+        if cfg.device == "cpu" or (cfg.device == "auto" and cpu):
+            why = memory.refusal(cfg, limit, where)
+            if why:
+                raise ValueError(f"grid {spec.name!r}: {name}: {why}")
+
+
+def _check_run_folders(spec: GridSpec, jobs: Sequence[ConfigurationJob]) -> None:
+    """Refuse the grid when a configuration's folder holds a run of another configuration (the grid run with a
+    ``--set`` this command lacks, or its file edited since): running it would delete that run's figures and
+    overwrite its records before training refuses the folder, and listing it would record a finished run as
+    pending. One line naming the first such folder and what differs; nothing is touched."""
+    clashes = []
+    for cfg, job in zip(spec.configs, jobs):
+        run = RunDir(job.run_dir)
+        if not run.config_path.is_file():
+            continue
+        try:
+            differ = config_differences(run.config(), cfg)
+        except ValueError as err:
+            raise ValueError(f"grid {spec.name!r}: {run.config_path} is not a readable configuration ({err}); "
+                             f"nothing was run") from None
+        if differ:
+            clashes.append((job.name, differ))
+    if not clashes:
+        return
+    name, differ = clashes[0]
+    there = ", ".join(f"{k}: {a!r} there, {b!r} here" for k, (a, b) in differ.items())
+    sets = " ".join(f"{k}={cli.yaml_scalar(a)}" for k, (a, _) in differ.items())
+    more = f" (and {len(clashes) - 1} more)" if len(clashes) > 1 else ""
+    raise ValueError(f"grid {spec.name!r}: {name}{more} holds a run of another configuration ({there}); nothing was "
+                     f"run or changed: rerun with the settings it was run with (--set {sets}) or another output root")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,6 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                           only=args.only, threads=args.threads, wait=not args.no_wait, dry_run=args.dry_run)
     except cli.BAD_INPUT as err:
         return cli.bad_input("grid", err)
+    except KeyboardInterrupt:
+        print(f"[grid] {INTERRUPTED}", file=sys.stderr)
+        return 130  # the shell's code for a command ended by Ctrl-C
     if not args.quiet:
         _print_states(report)
     failed, cancelled = report.failed, report.by_status("cancelled")

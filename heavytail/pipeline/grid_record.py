@@ -3,12 +3,17 @@
 ``grid.json`` holds every configuration's state (:class:`GridEntry`), with the headline numbers of its
 ``results.json``; ``index.html`` (and ``index.json``, in the report's notebook format) links every
 configuration's rendered notebook. Both are rewritten atomically after every change of state, so an
-interrupted grid never looks complete. This module is the one writer and reader of that layout; the
+interrupted grid never looks complete. Two grid commands may share a folder (each runs what the other has
+not locked): every write takes the folder's record lock and first re-reads, from the run folders, the
+configurations this command left to others, so neither ever records a configuration the other finished as
+pending or 'locked' by a process that has since exited. This module is the one writer and reader of that layout; the
 grid's progress lines on stderr (:func:`log`) say the same as the records, as they change.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -16,11 +21,13 @@ from typing import Any, Mapping
 
 from heavytail.harness.rundir import RunDir
 from heavytail.io import load_json, save_json
+from heavytail.pipeline import lock
 from heavytail.pipeline.configuration import now
 from heavytail.pipeline.notebook import NotebookResult, write_index
 
 STATUSES = ("ok", "skipped", "failed", "cancelled", "locked", "running", "submitted", "pending")
 GRID_JSON = "grid.json"
+RECORD_LOCK = ".grid-record.lock"
 
 
 def log(msg: str) -> None:
@@ -58,11 +65,23 @@ def _summary(run_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+@contextlib.contextmanager
+def _record_lock(grid_dir: Path):
+    """The grid folder's record lock: an flock, released by the kernel when its holder exits, so never stale."""
+    grid_dir.mkdir(parents=True, exist_ok=True)
+    with open(grid_dir / RECORD_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @dataclass
 class GridEntry:
     """One configuration's state in ``grid.json``. status: ok (ran now, or collected from an earlier
-    submission), skipped (finished earlier), failed, cancelled (its SLURM job was cancelled: it runs
-    again on the next run), locked (another grid command is executing it: ``error`` says which
+    submission), skipped (finished earlier, or by another grid command), failed, cancelled (its SLURM job was
+    cancelled, or the grid was interrupted: it runs again on the next run), locked (another grid command is executing it: ``error`` says which
     process), running, submitted, pending."""
 
     name: str
@@ -117,8 +136,28 @@ class GridReport:
     def index_path(self) -> Path:
         return self.directory / "index.html"
 
+    def refresh(self) -> None:
+        """Re-read the configurations this command does not run ('pending', 'locked') from their run folders: one
+        another grid command finished since is 'skipped' (finished, not by this command), and one whose lock
+        holder has exited is 'pending' again."""
+        for e in self.entries:
+            if e.status not in ("pending", "locked"):
+                continue
+            run = RunDir(self.directory / e.run_dir)
+            if run.is_finished(e.config):
+                e.absorb(run.execution() or {}, self.directory)
+                e.status, e.error = "skipped", None
+            elif e.status == "locked" and lock.holder(run.path) is None:
+                e.status, e.error = "pending", None
+
     def write(self) -> None:
-        """grid.json and index.html, each written atomically; called after every change of state."""
+        """grid.json and index.html, each written atomically under the folder's record lock; called after every
+        change of state."""
+        with _record_lock(self.directory):
+            self.refresh()
+            self._write()
+
+    def _write(self) -> None:
         counts = {s: len(self.by_status(s)) for s in STATUSES}
         save_json({"grid": self.name, "source": str(self.source or ""), "executor": self.executor,
                    "finished": self.finished, "written": now(), "counts": counts,

@@ -31,9 +31,13 @@ def _die_with_parent() -> None:
     Without it a killed grid leaves its spawned workers alive, and they go on taking queued
     configurations from the dead pool's pipe, training runs that nobody records (and that a restarted
     grid then trains a second time in the same folders)."""
+    import signal
+
+    # Ctrl-C reaches the whole foreground process group; the grid process alone handles it (it stops the workers
+    # and records them), so a worker prints no traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         import ctypes
-        import signal
 
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
@@ -71,8 +75,37 @@ def run_local(report: GridReport, todo: Todo, workers: int) -> None:
                 if started:
                     report.write()
         except BaseException:
+            # The workers ignore Ctrl-C and would finish their configurations unrecorded: stop them now.
+            processes = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
+            _stop(processes)
             raise
+
+
+def _stop(workers: list) -> None:
+    """Stop the workers, then the notebook kernels they started: each that outlives the other notices ("kernel
+    died", "parent appears to have exited") and says so on this terminal after the grid's own last line."""
+    try:
+        import psutil  # a dependency of ipykernel, which runs every configuration
+    except ImportError:
+        psutil = None
+    kernels = []
+    for worker in workers:
+        try:
+            kernels += psutil.Process(worker.pid).children(recursive=True) if psutil else []
+        except psutil.Error:
+            pass
+        worker.terminate()
+    for worker in workers:
+        worker.join(timeout=10)
+    if psutil is None:
+        return
+    for kernel in kernels:
+        try:
+            kernel.terminate()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(kernels, timeout=10)
 
 
 def run_submitit_local(report: GridReport, todo: Todo, workers: int, timeout_min: int) -> None:

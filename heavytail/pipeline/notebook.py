@@ -18,6 +18,7 @@ define (papermill would only warn and run the notebook with its defaults).
 
 from __future__ import annotations
 
+import ast
 import datetime as _dt
 import html
 import os
@@ -68,9 +69,7 @@ def discover_notebooks(notebooks_dir: Path) -> list[Path]:
     return sorted(p for p in notebooks_dir.glob("*.py") if NOTEBOOK_PATTERN.match(p.stem))
 
 
-def parameters_of(source: Path) -> tuple[str, ...]:
-    """The names the notebook's ``parameters`` cell defines, as papermill itself reads them: papermill
-    injects any other name too but only warns about it, and the notebook runs with its defaults."""
+def _inspect(source: Path) -> dict[str, dict[str, Any]]:
     _require_notebook_tools()
     import jupytext
     import papermill as pm
@@ -78,18 +77,86 @@ def parameters_of(source: Path) -> tuple[str, ...]:
     with tempfile.TemporaryDirectory(prefix=f"heavytail-inspect-{source.stem}-") as tmp:
         converted = Path(tmp) / f"{source.stem}.ipynb"  # papermill cannot read a .py notebook
         jupytext.write(jupytext.read(source), converted)
-        return tuple(pm.inspect_notebook(str(converted)))
+        return dict(pm.inspect_notebook(str(converted)))
 
 
-def check_parameters(source: Path, names: Sequence[str], where: str) -> None:
+def parameters_of(source: Path) -> tuple[str, ...]:
+    """The names the notebook's ``parameters`` cell defines, as papermill itself reads them: papermill
+    injects any other name too but only warns about it, and the notebook runs with its defaults."""
+    return tuple(_inspect(source))
+
+
+_UNKNOWN = object()
+# Arithmetic of literals (``2**20``, ``-1e-3``) is a default's value too.
+_ARITHMETIC = (ast.Expression, ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.Tuple, ast.List)
+
+
+def _default_value(text: str) -> Any:
+    """The value of a parameter's default as written in the cell, or _UNKNOWN for anything but literals."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return _UNKNOWN
+    if not all(isinstance(node, _ARITHMETIC + (ast.Load,)) for node in ast.walk(tree)):
+        return _UNKNOWN
+    try:
+        return eval(compile(tree, "<default>", "eval"), {"__builtins__": {}})  # noqa: S307  (literals only, checked)
+    except Exception:  # noqa: BLE001  (2**10**10 and the like: no type to check against)
+        return _UNKNOWN
+
+
+def _kind(default: Any) -> tuple[tuple[type, ...], str] | None:
+    """The types a value may have in place of ``default`` and their name, or None when any value may."""
+    if default is None or default is _UNKNOWN:
+        return None
+    if isinstance(default, bool):
+        return (bool,), "true or false"
+    if isinstance(default, int):
+        return (int,), "an integer"
+    if isinstance(default, float):
+        return (int, float), "a number"
+    if isinstance(default, str):
+        return (str,), "a string"
+    if isinstance(default, (list, tuple)):
+        return (list, tuple), "a list"
+    if isinstance(default, dict):
+        return (Mapping,), "a mapping"
+    return None
+
+
+def _wrong_type(value: Any, default: Any) -> str | None:
+    kind = _kind(default)
+    if kind is None or value is None:
+        return None
+    types, what = kind
+    if isinstance(value, bool) and bool not in types:
+        return what
+    return None if isinstance(value, types) else what
+
+
+def check_parameters(source: Path, names: Sequence[str], where: str, values: Mapping[str, Any] | None = None) -> None:
     """Refuse (ValueError, one line) names the notebook's ``parameters`` cell does not define, listing those
-    it does; ``where`` says who set them."""
-    taken = parameters_of(source)
+    it does, and ``values`` of another type than the cell's default (``n_paths: abc`` for ``n_paths = 3``), which
+    would fail cells later without naming the parameter; ``where`` says who set them."""
+    found = _inspect(source)
+    taken = tuple(found)
     unknown = sorted(set(names) - set(taken))
     if unknown:
         settable = [n for n in taken if n not in RUNNER_PARAMETERS]
         raise ValueError(f"{where} sets {unknown}, which {source} does not take; its parameters: "
                          f"{', '.join(settable) or 'none'}")
+    for name, value in (values or {}).items():
+        text = (found.get(name) or {}).get("default")
+        if text is None:
+            continue
+        wrong = _wrong_type(value, _default_value(text))
+        if wrong:
+            raise ValueError(f"{where} sets {name}={value!r}, but {source.name}'s {name} is {wrong} "
+                             f"({name} = {text} in its parameters cell)")
 
 
 def _code_cell_number(nb, cell_index: int | None) -> int | None:

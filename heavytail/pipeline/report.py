@@ -167,7 +167,7 @@ def _check_sections(params: ReportParams, sources: Sequence[Path]) -> None:
     for name, section in params.notebooks.items():
         names = [*section, *params.reads.get(name, {})]
         if names:
-            check_parameters(by_stem[name], names, f"{params.source or 'params'}: section {name!r}")
+            check_parameters(by_stem[name], names, f"{params.source or 'params'}: section {name!r}", values=section)
 
 
 @dataclass
@@ -208,6 +208,7 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
             raise ValueError(f"--only {bad} match no notebook in {notebooks_dir}; choose from {names}")
         only = [n for n in names if any(fnmatch.fnmatchcase(n, pat) for pat in only)]
     grids = _load_grids(params, root, out_dir.parent)  # every grid validated before any notebook runs
+    cli.check_writable(out_dir, "report folder")
     out_dir.mkdir(parents=True, exist_ok=True)
 
     results: list[NotebookResult] = []

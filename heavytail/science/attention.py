@@ -58,6 +58,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from heavytail import names
+from heavytail.science import flash_native
 from heavytail.science.flash_attention import flash, fresh_code
 from heavytail.science.kernels import Kernel, get_kernel
 
@@ -242,7 +243,8 @@ def auto_candidates(kernel: str | Kernel, device: torch.device | str, dtype: tor
         return (Candidate("sdpa", "sdpa"), Candidate("tiled", "tiled"))
     tail = (Candidate("flash", "flash", native=False), Candidate("flash:eager", "flash", compiled=False),
             Candidate("tiled", "tiled"))
-    if device.type == "cpu" and _compute_dtype(dtype) == torch.float32 and kernel.native is not None:
+    if (device.type == "cpu" and _compute_dtype(dtype) == torch.float32 and kernel.native is not None
+            and flash_native.enabled()):  # switched off, the loop is not even tried (trying it would build it)
         tail = (Candidate("flash:native", "flash", native=True),) + tail
     if device.type == "cuda" and dtype in (torch.float32, torch.bfloat16, torch.float16):
         flex = tuple(
@@ -299,6 +301,11 @@ def _run(cand: Candidate, q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_
         compiled = cand.compiled
     if cand.native is not None:
         native = cand.native
+    if compiled is not False and backend in ("flash", "tiled") and q.device.type == "cpu" and not flash_native.compiler():
+        # Without a C++ compiler neither the loop nor a compiled pass can be built: the eager passes compute the same
+        # numbers, so a backend that validated still runs (one warning for the machine).
+        flash_native.warn_no_compiler()
+        compiled, native = False, False if native is None else native
     refusal = names.backend_refusal(backend, kernel.name)
     if refusal is not None:
         raise ValueError(f"backend={backend!r} {refusal}")

@@ -276,9 +276,11 @@ def flash(q: Tensor, k: Tensor, v: Tensor, kernel: Kernel, tile_elements: int, c
         if out is not None:
             return out.reshape(*lead, n, dv)
         if native:
+            # Switched off, nothing may be built, not even to say whether it would build.
+            built = flash_native.enabled() and flash_native.extension() is not None
             raise RuntimeError(f"native flash attention cannot run kernel {kernel.name!r} on {q.device} {q.dtype} "
                                f"here (native chain {kernel.native}; switched on: {flash_native.enabled()}; built: "
-                               f"{flash_native.extension() is not None})")
+                               f"{built})")
     if batch * n * l <= min(tile_elements, KEEP_ELEMENTS):
         bq, bk = n, l  # one tile: the weights are kept when a gradient is needed
     else:

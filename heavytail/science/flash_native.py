@@ -11,15 +11,29 @@ A kernel takes this path when its :attr:`~heavytail.science.kernels.Kernel.nativ
 (softmax's ``"exp"``, the power ELU ``"power"`` with its order q, ``"log_elu"``); any other registered kernel runs on
 the compiled passes. The extension is built once per machine on first use with torch's C++ toolchain (about a
 minute; cached under ``~/.cache/torch_extensions``, or ``TORCH_EXTENSIONS_DIR``). Where it cannot be built, or with
-``HEAVYTAIL_NATIVE_FLASH=0`` in the environment, the compiled passes run instead and the reason is logged once.
+``HEAVYTAIL_NATIVE_FLASH=0`` in the environment (then nothing is built), the compiled passes run instead and the reason
+is logged once.
+
+The loop can only help, never stop a run. Its build is keyed by a short hash of the source, torch's version and the
+instruction set (:func:`build_name`), so checkouts with other sources or another torch never share, rebuild or replace
+one build. Builds of one name take turns under an OS file lock (``heavytail.lock`` in the build folder), which the
+kernel releases when a builder dies (killed, out of memory, a cancelled job), so the lock torch's own builder leaves
+behind then is known to be stale and is removed; a build another live process holds for longer than
+``HEAVYTAIL_NATIVE_BUILD_WAIT_S`` seconds (default 900) is not waited for, the compiled passes run. Without a C++
+compiler (:func:`compiler`) nothing is built and :mod:`heavytail.science.attention` runs the passes eagerly.
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import hashlib
 import logging
 import os
+import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -55,12 +69,99 @@ def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "1") != "0"
 
 
+WAIT_SWITCH = "HEAVYTAIL_NATIVE_BUILD_WAIT_S"
+LOCK_NAME = "heavytail.lock"
+
+
 @functools.lru_cache(maxsize=None)
-def extension():
-    """The compiled extension module, or None where it cannot be built (the reason logged once)."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    isa = _ISA_FLAGS.get(capability, [])
-    name = f"heavytail_flash_{capability.lower()}"
+def compiler() -> str | None:
+    """The C++ compiler torch's extension builder and inductor would call (``$CXX``, else ``c++`` / ``g++``), or None
+    when none answers ``--version``: then neither the loop nor the compiled passes can be built."""
+    for cxx in dict.fromkeys(c for c in (os.environ.get("CXX"), "c++", "g++") if c):
+        found = shutil.which(cxx)
+        if found is None:
+            continue
+        try:
+            subprocess.run([found, "--version"], capture_output=True, timeout=30, check=True)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        return found
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def warn_no_compiler() -> None:
+    """The one warning of a machine without a C++ compiler (the loop and the compiled passes both need one)."""
+    _log.warning("no C++ compiler (CXX=%s, no c++ or g++ on PATH): attention runs eagerly, without the native loop "
+                 "or compiled passes (same numbers, slower)", os.environ.get("CXX", "unset"))
+
+
+def _flags(capability: str) -> list[str]:
+    # -fopenmp: at::parallel_for is OpenMP in torch's CPU build; without it the loop runs on one thread.
+    return ["-O3", "-ffp-contract=off", "-fopenmp", *_ISA_FLAGS.get(capability, []), f"-DCPU_CAPABILITY={capability}"]
+
+
+def build_name(capability: str, source: bytes | None = None, torch_version: str | None = None) -> str:
+    """The extension's name for one instruction set: a short hash of the source, torch's version and the flags, so
+    a build is only ever reused by the same source under the same torch for the same ISA."""
+    source = SOURCE.read_bytes() if source is None else source
+    key = hashlib.sha256(b"\0".join([source, (torch_version or torch.__version__).encode(),
+                                      " ".join(_flags(capability)).encode()])).hexdigest()[:12]
+    return f"heavytail_flash_{capability.lower()}_{key}"
+
+
+def _build_dir(name: str) -> Path:
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return Path(_get_build_directory(name, verbose=False))
+
+
+def _wait_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get(WAIT_SWITCH, "900")))
+    except ValueError:
+        return 900.0
+
+
+def _take_turn(build_dir: Path):
+    """An open file holding the build folder's OS lock, or None when another live builder held it past the wait."""
+    handle = open(build_dir / LOCK_NAME, "a")  # noqa: SIM115  (closed by the caller, which releases the lock)
+    deadline = time.monotonic() + _wait_s()
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                handle.close()
+                return None
+            time.sleep(0.2)
+
+
+def _clear_stale_baton(build_dir: Path) -> None:
+    # Every build of this folder runs under the lock this process now holds, so torch's own lock file there was
+    # left by a builder that died mid-build: torch would wait for it forever.
+    baton = build_dir / "lock"
+    if baton.exists():
+        _log.warning("native flash attention: removing %s, left by a build that was killed half-way", baton)
+        baton.unlink(missing_ok=True)
+
+
+def extension(capability: str | None = None):
+    """The compiled extension module for ``capability`` (default: the ISA torch dispatches to here; ``"AVX2"`` or
+    ``"DEFAULT"`` force another), or None where it cannot or may not be built (the reason logged once). Switched
+    off (``HEAVYTAIL_NATIVE_FLASH=0``) or without a compiler it builds nothing."""
+    if not enabled():
+        return None
+    if compiler() is None:
+        warn_no_compiler()
+        return None
+    return _load(capability or torch.backends.cpu.get_cpu_capability())
+
+
+@functools.lru_cache(maxsize=None)
+def _load(capability: str):
+    name = build_name(capability)
     # The ninja of this environment (a dependency), also when its bin folder is not on PATH (python run by path).
     path = os.environ.get("PATH", "")
     here = str(Path(sys.executable).parent)
@@ -69,11 +170,18 @@ def extension():
     try:
         from torch.utils.cpp_extension import load
 
-        _log.info("loading native flash attention %s (built once per machine, about a minute)", name)
-        # -fopenmp: at::parallel_for is OpenMP in torch's CPU build; without it the loop runs on one thread.
-        flags = ["-O3", "-ffp-contract=off", "-fopenmp", *isa, f"-DCPU_CAPABILITY={capability}"]
-        return load(name, [str(SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False)
-    except Exception as exc:  # no compiler, no headers, a failed build: the compiled passes stand in
+        build_dir = _build_dir(name)
+        turn = _take_turn(build_dir)
+        if turn is None:
+            _log.warning("native flash attention: another process has held the build of %s for over %.0f s (%s); "
+                         "using the compiled tile passes", name, _wait_s(), build_dir / LOCK_NAME)
+            return None
+        with turn:
+            _clear_stale_baton(build_dir)
+            _log.info("loading native flash attention %s (built once per machine, about a minute)", name)
+            return load(name, [str(SOURCE)], extra_cflags=_flags(capability), extra_ldflags=["-fopenmp"],
+                        build_directory=str(build_dir), verbose=False)
+    except Exception as exc:  # no headers, a failed build: the compiled passes stand in
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         _log.warning("native flash attention unavailable (%s: %s); using the compiled tile passes",
                      type(exc).__name__, first)

@@ -6,11 +6,19 @@ the runs' own (:mod:`heavytail.harness.provenance`, recorded at training time): 
 dirty tree or from several commits unless told otherwise, and a grid shipped before it finished says so
 (``complete`` is false and ``finished`` counts what it holds), so a later session can resume the grid and
 ship again. ``python -m heavytail ship-map NAME GRID_DIR`` is the command.
+
+A shipped map is results nobody can recompute cheaply, so shipping never loses one: a map is written only from the
+folder of the grid file it belongs to (the name its ``grid.json`` records against the ``name`` of
+:attr:`MapSpec.grid`), and over a shipped map only when it holds at least as many finished runs; ``--force`` lifts
+the second rule and keeps the old file as ``<file>.bak``. A map file that is truncated, not UTF-8 or not a map is
+one line naming it (:func:`read_map`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -61,9 +69,49 @@ def path_of(name: str, root: Path | None = None) -> Path:
 
 
 def load(name: str, root: Path | None = None) -> dict[str, Any] | None:
-    """A shipped map (None when its file is absent)."""
+    """A shipped map (None when its file is absent); ValueError naming the file when it is not a readable map."""
     path = path_of(name, root)
-    return load_json(path) if path.is_file() else None
+    return read_map(path) if path.is_file() else None
+
+
+RUN_KEYS = ("name", "config", "median", "mean", "collapse")  # what every reader of a map's runs takes
+
+
+def read_map(path: str | Path) -> dict[str, Any]:
+    """The map in ``path``; a file that is truncated, empty, not UTF-8 or not a map's shape is a one-line
+    ValueError naming it (readers would otherwise fail far away, or print every claim as 'not run')."""
+    path = Path(path)
+    restore = f"restore it (git checkout -- {path}) or ship it again"
+    try:
+        data = load_json(path)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start}); {restore}") from None
+    except json.JSONDecodeError as err:
+        what = "empty" if not err.doc.strip() else f"not valid JSON ({err.msg} at line {err.lineno} column {err.colno})"
+        raise ValueError(f"{path}: {what}: the file is truncated or damaged; {restore}") from None
+    except OSError as err:
+        raise ValueError(f"{path}: cannot be read ({err.strerror or err})") from None
+    problem = _shape_problem(data)
+    if problem:
+        raise ValueError(f"{path}: not a reference map: {problem}; {restore}")
+    return data
+
+
+def _shape_problem(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return f"a map is a JSON object with 'provenance' and 'runs', got {type(data).__name__}"
+    if not isinstance(data.get("provenance"), dict):
+        return "'provenance' is missing or not an object"
+    runs = data.get("runs")
+    if not isinstance(runs, list):
+        return "'runs' is missing or not a list"
+    for i, run in enumerate(runs):
+        missing = [k for k in RUN_KEYS if not isinstance(run, dict) or k not in run]
+        if missing:
+            return f"run {i} has no {', '.join(missing)}"
+        if not isinstance(run["config"], dict):
+            return f"run {i}'s 'config' is not an object"
+    return None
 
 
 @dataclass(frozen=True)
@@ -127,9 +175,47 @@ def run_provenance(run: dict[str, Any]) -> list[dict[str, Any]]:
     return list(run.get("provenance") or [{}])
 
 
+def _grid_name(name: str) -> str | None:
+    """The ``name`` of the grid file map ``name`` belongs to (what its grid folder's ``grid.json`` records)."""
+    data = cli.read_yaml(repo_root() / MAPS[name].grid)
+    return data.get("name") if isinstance(data, dict) else None
+
+
+def _check_grid(name: str, grid_dir: Path, record: dict[str, Any]) -> None:
+    """Refuse a grid folder that is not a run of the grid file map ``name`` belongs to."""
+    if name not in MAPS:
+        return
+    spec, grid, source = MAPS[name], record.get("grid"), record.get("source") or ""
+    expected = _grid_name(name)
+    if grid != expected or (source and Path(source).name != Path(spec.grid).name):
+        ran = f"grid {grid!r}" + (f" of {source}" if source else "")
+        raise ValueError(f"{grid_dir} holds {ran}, not {expected!r} of {spec.grid}: map {name!r} holds only the runs "
+                         f"of {spec.grid}")
+
+
+def _check_replace(out: Path, finished: int, force: bool) -> None:
+    """Refuse to replace a shipped map by one holding fewer finished runs (``--force``: allowed, the old one kept as
+    ``<file>.bak``)."""
+    if not out.exists():
+        return
+    try:
+        old = read_map(out)
+    except ValueError as err:
+        if not force:
+            raise ValueError(f"{err}; --force replaces it, keeping it as {out.name}.bak") from None
+        old = None
+    held = len(old["runs"]) if old is not None else 0
+    if old is not None and finished < held and not force:
+        raise ValueError(f"{out} holds {held} finished runs and this grid {finished}: a shipped map is replaced only by "
+                         f"one with as many; finish the grid and ship again, or --force (keeps {out.name}.bak)")
+    if force:
+        shutil.copy2(out, out.with_name(out.name + ".bak"))
+
+
 def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = False, allow_mixed: bool = False,
-         output: str | Path | None = None) -> Path:
-    """Write the finished runs of ``grid_dir`` as map ``name``; returns the file written."""
+         output: str | Path | None = None, force: bool = False) -> Path:
+    """Write the finished runs of ``grid_dir`` as map ``name``; returns the file written. Refused (ValueError) for
+    a folder of another grid and, unless ``force``, over a map with more finished runs (see the module docstring)."""
     from heavytail.studies.kernel_gap import collect
 
     grid_dir = Path(grid_dir)
@@ -137,12 +223,21 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
     if not record_path.is_file():
         raise ValueError(f"{grid_dir} holds no grid.json: run the grid first "
                          f"(python -m heavytail grid {MAPS[name].grid if name in MAPS else '<grid file>'})")
+    try:
+        record = load_json(record_path)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{record_path}: not a readable grid record ({type(err).__name__}: {err})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("configurations"), list):
+        raise ValueError(f"{record_path}: not a grid record (no list of configurations)")
+    _check_grid(name, grid_dir, record)
+    out = Path(output) if output is not None else path_of(name)
+    cli.check_writable(out.parent, "the map's folder")
     runs = collect(grid_dir)
     if not runs:
         raise ValueError(f"{grid_dir} holds no finished configuration yet")
     commits = check_shippable([p for r in runs for p in run_provenance(r)], allow_dirty=allow_dirty,
                               allow_mixed=allow_mixed)
-    total = len(load_json(record_path).get("configurations", []))
+    total = len(record["configurations"])
     payload = {
         "provenance": {
             "commits": commits,
@@ -156,7 +251,7 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
         },
         "runs": runs,
     }
-    out = Path(output) if output is not None else path_of(name)
+    _check_replace(out, len(runs), force)
     return save_json(payload, out)
 
 
@@ -171,12 +266,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--allow-dirty", action="store_true", help="accept runs trained from a dirty tree")
     parser.add_argument("--allow-mixed", action="store_true",
                         help="accept runs from several commits, or runs that recorded none")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a shipped map that holds more finished runs (the old file is kept as <file>.bak)")
     args = parser.parse_args(argv)
     try:
         if args.name not in MAPS:
             raise ValueError(f"unknown map {args.name!r}; the shipped maps are: {', '.join(MAPS)}")
         path = ship(args.name, args.grid_dir, output=args.output, allow_dirty=args.allow_dirty,
-                    allow_mixed=args.allow_mixed,
+                    allow_mixed=args.allow_mixed, force=args.force,
                     command=portable_command("python -m heavytail ship-map "
                                              + " ".join(argv if argv is not None else sys.argv[1:])))
     except cli.BAD_INPUT as err:
