@@ -250,6 +250,15 @@ def test_a_configuration_that_cannot_fit_in_memory_is_refused_with_the_estimate_
     assert 4096 <= fits < 200_000 and memory.refusal(cfg.replace(n_points=fits), limit) is None
 
 
+def test_a_run_that_cannot_fit_in_memory_is_refused_by_train_before_its_folder_exists(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--output", str(out), "--set", "n_points=200000", "attention_backend=dense", "device=cpu"]
+    assert main(args) == 2
+    line = _one_line(capsys, "train")
+    assert "needs about" in line and "N up to" in line, line
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("extra", [["--only", "nothing*"], ["--executor", "slurm"]])
 def test_a_refused_grid_leaves_no_empty_folder(tmp_path, capsys, extra):
     assert main(["grid", str(PARAMS / "grid_smoke.yaml"), "--output-root", str(tmp_path / "out"), *extra]) == 2

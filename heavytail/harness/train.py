@@ -503,7 +503,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = RunConfig.from_yaml(args.config, **overrides) if args.config else RunConfig.from_dict(overrides)
         if args.stop_after is not None and args.stop_after < 1:
             raise ValueError(f"--stop-after {args.stop_after} is not allowed; it must be a positive number of steps")
-        resolve_device(cfg)
+        if resolve_device(cfg).type == "cpu":  # GPU memory is the device's own; only the CPU's is estimated here
+            from heavytail.harness import memory  # noqa: PLC0415
+
+            memory.check(cfg)
         if RunDir(args.output).config_path.is_file():
             _check_config(Path(args.output), cfg)  # a folder of another run: refused before any work
     except (*cli.BAD_INPUT, RuntimeError) as err:
