@@ -35,6 +35,8 @@ class ClaimGroup:
 
 GROUPS: tuple[ClaimGroup, ...] = (
     ClaimGroup("gap-design", "gap-design", kernel_gap_claims.findings),
+    # the same map read floor-free: each model's excess over the sampling floor (the ratio's trend is the floor's)
+    ClaimGroup("gap-design-excess", "gap-design", converged_gap.design_findings),
     ClaimGroup("gap-long", "gap-long", kernel_gap_claims.long_findings),
     # the trained claims only: notebook 08 adds the static test, which it computes itself
     ClaimGroup("phase", "phase", phase_diagram.findings),
@@ -174,13 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(text)
         return 0
     path = Path(args.update)
-    pattern = re.compile(rf"(<!-- claims {re.escape(args.name)} -->\n).*?(\n<!-- /claims -->)", re.S)
+    # non-greedy up to the first closing marker, so an empty block never swallows the blocks after it
+    pattern = re.compile(rf"(<!-- claims {re.escape(args.name)} -->\n)(?:.*?\n)??(<!-- /claims -->)", re.S)
     try:
         old = path.read_text()
         if not pattern.search(old):
             raise ValueError(f"{path} has no '<!-- claims {args.name} -->' ... '<!-- /claims -->' block")
     except cli.BAD_INPUT + (OSError,) as err:
         return cli.bad_input("claims", err)
-    atomic_write_text(path, pattern.sub(lambda m: m.group(1) + text + m.group(2), old))
+    atomic_write_text(path, pattern.sub(lambda m: m.group(1) + text.rstrip("\n") + "\n" + m.group(2), old, count=1))
     print(f"updated the {args.name} claims in {path}")
     return 0
