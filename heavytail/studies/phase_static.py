@@ -70,10 +70,26 @@ def reps_needed(sd: float, reps: int, cells: int, half_width: float = TARGET_HAL
     return math.ceil(reps * (joint_z(cells) * sd / half_width) ** 2)
 
 
-def compute(reps: int, tail_indices: Sequence[float] = TAIL_INDICES, ns: Sequence[int] | None = None,
-            seed_base: int = SEED_BASE, n_boot: int = 1000) -> dict[str, Any]:
+def allocate(pilot_rows: Sequence[Mapping[str, Any]], pilot_reps: int, half_width: float = 0.1, safety: float = 1.1,
+             least: int = 64, most: int = 200) -> dict[float, int]:
+    """Repetitions per tail index from a pilot: every kernel at a tail index shares its draws, so a tail index
+    gets what its widest cell needs for a Bonferroni half-width ``half_width`` (:func:`reps_needed`, times
+    ``safety`` for the pilot's own error in the sd), clipped to [least, most]: ``most`` is what the budget of
+    about an hour of one core allows where a cell (softmax near its crossover) would need thousands."""
+    cells = len(pilot_rows)
+    out: dict[float, int] = {}
+    for r in pilot_rows:
+        need = math.ceil(safety * reps_needed(r["sd"], pilot_reps, cells, half_width))
+        out[float(r["a"])] = max(out.get(float(r["a"]), least), min(most, need))
+    return out
+
+
+def compute(reps: int | Mapping[float, int], tail_indices: Sequence[float] = TAIL_INDICES, ns: Sequence[int] | None = None,
+            seed_base: int = SEED_BASE, n_boot: int = 1000, work: Path | None = None) -> dict[str, Any]:
     """The static reference: ``rows`` (moment_condition.exponent_table, each with ``n_max`` and ``reps``), the
-    per-(a, kernel) median |o_N| over repetitions at each N (``medians``), ``ns`` and the design."""
+    per-(a, kernel) median |o_N| over repetitions at each N (``medians``), ``ns`` and the design. ``reps``: one
+    count for every tail index or one per tail index (:func:`allocate`); with ``work``, each tail index's norms
+    are kept there (npz) and reused, so an interrupted run resumes."""
     import torch
 
     from heavytail.science.kernels import get_kernel
@@ -82,14 +98,23 @@ def compute(reps: int, tail_indices: Sequence[float] = TAIL_INDICES, ns: Sequenc
     ns = list(ns or sizes())
     ks = kernels()
     log_gs = {k: get_kernel(k).log_g for k in ks}
+    per = {float(a): reps for a in tail_indices} if isinstance(reps, int) else {float(a): reps[float(a)]
+                                                                                 for a in tail_indices}
     norms = {}
     for i, a in enumerate(tail_indices):
+        cached = Path(work) / f"a{a:g}-reps{per[a]}-seed{seed_base + i}.npz" if work else None
+        if cached is not None and cached.is_file():
+            norms[a] = dict(np.load(cached))
+            continue
         with torch.no_grad():
-            norms[a] = M.output_growth(log_gs, a, ns, reps=reps, d=D, seed=seed_base + i)
-    rows = [dict(r, n_max=max(ns), n_min=min(ns), reps=reps) for r in M.exponent_table(ks, tail_indices, norms, ns,
-                                                                                         n_boot=n_boot)]
+            norms[a] = M.output_growth(log_gs, a, ns, reps=per[a], d=D, seed=seed_base + i)
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            np.savez(cached, **norms[a])
+    rows = [dict(r, n_max=max(ns), n_min=min(ns), reps=per[float(r["a"])])
+            for r in M.exponent_table(ks, tail_indices, norms, ns, n_boot=n_boot)]
     medians = {f"{a:g}": {k: np.median(norms[a][k], axis=0).tolist() for k in ks} for a in tail_indices}
-    return {"design": {"tail_indices": list(tail_indices), "ns": ns, "reps": reps, "d": D, "seed_base": seed_base,
+    return {"design": {"tail_indices": list(tail_indices), "ns": ns, "reps": {f"{a:g}": r for a, r in per.items()}, "d": D, "seed_base": seed_base,
                        "kernels": ks, "n_boot": n_boot},
             "rows": rows, "medians": medians}
 
@@ -126,7 +151,10 @@ def cross_check(own: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[st
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m heavytail.studies.phase_static",
                                      description="Compute the static reference of App. A's moment condition.")
-    parser.add_argument("--reps", type=int, required=True, help="repetitions per tail index")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions at every tail index")
+    parser.add_argument("--pilot", default=None, help="a pilot's JSON (this command at few --reps): allocate the "
+                        "repetitions per tail index from its spread (allocate)")
+    parser.add_argument("--work", default=None, help="keep each tail index's norms here and reuse them")
     parser.add_argument("--output", required=True, help="the JSON to write, e.g. outputs/reference/phase_static.json")
     parser.add_argument("--tail-indices", type=float, nargs="*", default=None, help="default: TAIL_INDICES")
     parser.add_argument("--n-boot", type=int, default=1000)
@@ -139,7 +167,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(1)
     prov = record()
     start = time.time()
-    out = compute(args.reps, tuple(args.tail_indices or TAIL_INDICES), n_boot=args.n_boot)
+    from heavytail.io import load_json
+
+    if (args.reps is None) == (args.pilot is None):
+        parser.error("give --reps or --pilot")
+    pilot = None
+    if args.pilot:
+        p = load_json(args.pilot)
+        pilot = {"file": args.pilot, "reps": p["design"]["reps"], "commit": p["provenance"].get("commit"),
+                 "sd": {f"{r['kernel']} a={r['a']:g}": r["sd"] for r in p["rows"]}}
+        reps = allocate(p["rows"], int(next(iter(p["design"]["reps"].values())) if isinstance(
+            p["design"]["reps"], dict) else p["design"]["reps"]))
+    else:
+        reps = args.reps
+    out = compute(reps, tuple(args.tail_indices or TAIL_INDICES), n_boot=args.n_boot,
+                  work=Path(args.work) if args.work else None)
+    if pilot:
+        out["design"]["pilot"] = pilot
     prov |= {"command": "python -m heavytail.studies.phase_static " + " ".join(argv if argv is not None
                                                                               else sys.argv[1:]),
              "seconds": round(time.time() - start, 1), "threads": torch.get_num_threads()}
