@@ -18,9 +18,9 @@ Hence the predicted exponent beta in |o_N| ~ N^beta (:func:`predicted_exponent`)
 - a <= q (softmax for every a): both are dominated by the largest term, o_N ~ v at the largest score:
   beta = 1/a, the growth of the largest of N draws.
 
-:func:`output_growth` measures |o_N| on nested ensembles (the first N of 2^n_max tokens), in float64
-through log-sum-exp so that softmax's exp(s) never overflows, and :func:`fit_exponent` fits beta with a
-bootstrap interval over independent repetitions.
+:func:`output_growth` measures |o_N| on nested ensembles (the first N of 2^n_max tokens), in float64 with
+weights offset by their largest log g so that softmax's exp(s) never overflows, and :func:`fit_exponent` fits
+beta with a bootstrap interval over independent repetitions.
 """
 
 from __future__ import annotations
@@ -65,24 +65,41 @@ def symmetric_pareto(n: int, d: int, a: float, generator: torch.Generator) -> to
 
 
 def nested_attention(log_g_s: torch.Tensor, v: torch.Tensor, ns: Sequence[int]) -> torch.Tensor:
-    """Eq. 7's output over the first n keys, for every n in ``ns`` at once, in log space: ``log_g_s``
-    (..., N) is log g of each key's score for one query, ``v`` (..., N, d) the values; returns (..., len(ns), d).
-    The values are split into their positive and negative parts so every sum is a logcumsumexp (softmax's
-    exp(s) never overflows; float64 callers keep the cancellation between the parts harmless)."""
-    idx = torch.tensor([n - 1 for n in ns], device=v.device)
-    log_den = torch.logcumsumexp(log_g_s, -1)[..., idx]  # (..., L)
-    o = torch.zeros((*v.shape[:-2], len(ns), v.shape[-1]), dtype=v.dtype, device=v.device)
-    for sign in (1.0, -1.0):
-        log_part = torch.log((sign * v).clamp_min(0))
-        o += sign * torch.exp(torch.logcumsumexp(log_g_s[..., None] + log_part, -2)[..., idx, :] - log_den[..., None])
-    return o
+    """Eq. 7's output over the first n keys, for every n in ``ns`` (increasing) at once: ``log_g_s`` (..., N)
+    is log g of each key's score for one query, ``v`` (..., N, d) the values; returns (..., len(ns), d).
+
+    Per segment between consecutive n, the weights are exp(log g - the segment's largest log g), in [0, 1],
+    and the segment's sums are kept with that offset; the segments are then combined in order, each rescaled
+    to the running largest offset. So softmax's exp(s) never overflows, and a prefix whose scores lie far
+    below a later key's still has weights (one global offset would underflow them all to zero)."""
+    ns = list(ns)
+    if ns != sorted(ns) or ns[-1] > v.shape[-2]:
+        raise ValueError(f"ns={ns} must increase and stay within N = {v.shape[-2]}")
+    bounds = [0, *ns]
+    out = []
+    m_run = den = num = None
+    for lo, hi in zip(bounds, bounds[1:]):
+        lg = log_g_s[..., lo:hi]
+        m = lg.amax(-1)  # (...,)
+        w = torch.exp(lg - m[..., None])  # (..., n_seg) in [0, 1]
+        d_seg, n_seg = w.sum(-1), (w[..., None] * v[..., lo:hi, :]).sum(-2)
+        if m_run is None:
+            m_run, den, num = m, d_seg, n_seg
+        else:
+            top = torch.maximum(m_run, m)
+            old_scale, new_scale = torch.exp(m_run - top), torch.exp(m - top)
+            den = den * old_scale + d_seg * new_scale
+            num = num * old_scale[..., None] + n_seg * new_scale[..., None]
+            m_run = top
+        out.append(num / den[..., None])
+    return torch.stack(out, -2)
 
 
 def output_growth(log_gs: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], a: float, ns: Sequence[int],
                   reps: int, d: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
     """Per kernel, (reps, len(ns)) norms |o_N| of one query's attention output over the first N of max(ns)
     keys. Every kernel sees the same draws: each repetition draws its own projections, query and tokens;
-    ``log g`` is applied in float64 and the sums are taken in log space (:func:`nested_attention`)."""
+    ``log g`` is applied in float64 and the sums are offset by their largest log g (:func:`nested_attention`)."""
     n_max = max(ns)
     out = {name: np.empty((reps, len(ns))) for name in log_gs}
     gen = torch.Generator().manual_seed(seed)

@@ -71,7 +71,7 @@ def reps_needed(sd: float, reps: int, cells: int, half_width: float = TARGET_HAL
 
 
 def allocate(pilot_rows: Sequence[Mapping[str, Any]], pilot_reps: int, half_width: float = 0.1, safety: float = 1.1,
-             least: int = 64, most: int = 200) -> dict[float, int]:
+             least: int = 64, most: int = 800) -> dict[float, int]:
     """Repetitions per tail index from a pilot: every kernel at a tail index shares its draws, so a tail index
     gets what its widest cell needs for a Bonferroni half-width ``half_width`` (:func:`reps_needed`, times
     ``safety`` for the pilot's own error in the sd), clipped to [least, most]: ``most`` is what the budget of
