@@ -135,3 +135,48 @@ def measure_run(run_dir: str | Path, ns: Sequence[int], reps: int, hill_n: int, 
                           "hill": [{"block": b, "median": float(v), "band_low": float(v * (1 - half)),
                                     "band_high": float(v * (1 + half))} for b, v in enumerate(med)]})
     return out
+
+
+NS = tuple(2**k for k in range(8, 17))  # nested ensembles N = 256 .. 65536 around the training N = 1024 .. 4096
+REPS = 48
+HILL_N = 4096
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m heavytail.studies.fixed_weight RUN_DIR ... --output FILE``: :func:`measure_run` on each
+    finished run, with provenance."""
+    import argparse
+    import sys
+    import time
+
+    from heavytail.harness.provenance import record
+    from heavytail.io import save_json
+
+    parser = argparse.ArgumentParser(prog="python -m heavytail.studies.fixed_weight", description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", help="finished run folders")
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--reps", type=int, default=REPS)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    prov = record()
+    start = time.time()
+    results = []
+    for r in args.runs:
+        results.append(measure_run(r, NS, args.reps, HILL_N) | {"trained": _run_provenance(r)})
+    prov |= {"command": "python -m heavytail.studies.fixed_weight " + " ".join(argv if argv is not None
+                                                                               else sys.argv[1:]),
+             "seconds": round(time.time() - start, 1)}
+    path = save_json({"provenance": prov, "runs": results}, Path(args.output))
+    print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
+    return 0
+
+
+def _run_provenance(run_dir: str | Path) -> list[dict]:
+    from heavytail.io import load_json
+
+    p = Path(run_dir) / "train_summary.json"
+    return list(load_json(p).get("provenance", [])) if p.is_file() else []
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
