@@ -154,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=None, help="repetitions at every tail index")
     parser.add_argument("--pilot", default=None, help="a pilot's JSON (this command at few --reps): allocate the "
                         "repetitions per tail index from its spread (allocate)")
+    parser.add_argument("--most", type=int, default=800, help="the most repetitions allocate gives a tail index")
     parser.add_argument("--work", default=None, help="keep each tail index's norms here and reuse them")
     parser.add_argument("--output", required=True, help="the JSON to write, e.g. outputs/reference/phase_static.json")
     parser.add_argument("--tail-indices", type=float, nargs="*", default=None, help="default: TAIL_INDICES")
@@ -177,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pilot = {"file": args.pilot, "reps": p["design"]["reps"], "commit": p["provenance"].get("commit"),
                  "sd": {f"{r['kernel']} a={r['a']:g}": r["sd"] for r in p["rows"]}}
         reps = allocate(p["rows"], int(next(iter(p["design"]["reps"].values())) if isinstance(
-            p["design"]["reps"], dict) else p["design"]["reps"]))
+            p["design"]["reps"], dict) else p["design"]["reps"]), most=args.most)
     else:
         reps = args.reps
     out = compute(reps, tuple(args.tail_indices or TAIL_INDICES), n_boot=args.n_boot,
