@@ -37,17 +37,20 @@ def _double(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model).double().eval()
 
 
-def block_inputs(model: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
-    """The tokens entering each block of a measure transformer: x (B, N, 2) -> [(B, N, D)] * n_blocks, in the
-    model's dtype. A post-norm block's attention reads its input as is; a pre-norm block's reads LN(input)
-    (:func:`attention_tokens`)."""
+def block_inputs(model: torch.nn.Module, x: torch.Tensor, upto: int | None = None) -> list[torch.Tensor]:
+    """The tokens entering each block of a measure transformer: x (B, N, 2) -> [(B, N, D)] * n_blocks (blocks
+    0 .. ``upto`` only, when given: each block costs N^2), in the model's dtype. A post-norm block's attention
+    reads its input as is; a pre-norm block's reads LN(input) (:func:`attention_tokens`)."""
     from heavytail.science.transforms import symlog
 
+    last = len(model.blocks) - 1 if upto is None else upto
     h = model.w_in(symlog(x) if model.cfg.symlog else x)
     out = []
     with torch.no_grad():
-        for block in model.blocks:
+        for b, block in enumerate(model.blocks):
             out.append(h)
+            if b == last:
+                break
             h = block(h)
     return out
 
@@ -73,7 +76,7 @@ def attention_growth(model: torch.nn.Module, x: torch.Tensor, ns: Sequence[int],
     with torch.no_grad():
         for r in range(len(x)):
             xr = x[r: r + 1, : max(ns)].double()
-            h = attention_tokens(m, block, block_inputs(m, xr)[block])[0]  # (N_max, D)
+            h = attention_tokens(m, block, block_inputs(m, xr, upto=block)[block])[0]  # (N_max, D)
             q = attn.q(h[:1]).view(1, heads, -1).transpose(0, 1)  # (H, 1, dh)
             k = attn.k(h).view(-1, heads, q.shape[-1]).transpose(0, 1)  # (H, N_max, dh)
             v = (h @ attn.v.weight.T).view(-1, heads, q.shape[-1]).transpose(0, 1)  # (H, N_max, dh), no bias

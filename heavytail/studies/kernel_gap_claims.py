@@ -266,11 +266,14 @@ def markdown(found: Sequence[Mapping[str, Any]]) -> str:
 
 def claims_of(name: str, runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The claims a shipped map (heavytail.studies.reference_maps.MAPS) decides: the kernel-gap claims, the
-    3,000-step grid's, or the trained phase map's (its static test is computed in notebook 08)."""
+    3,000-step grid's, or the trained phase map's with the static claim read from the shipped static reference
+    (reference_maps.COMPUTED["phase-static"]) when it is there."""
     if name == "phase":
         from heavytail.studies.phase_diagram import findings as phase_findings
+        from heavytail.studies.reference_maps import load_computed
 
-        return phase_findings(runs)
+        static = load_computed("phase-static") or {}
+        return phase_findings(runs, static.get("rows", ()))
     return long_findings(runs) if name == "gap-long" else findings(runs)
 
 
