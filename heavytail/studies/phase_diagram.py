@@ -197,7 +197,7 @@ def _static_claim(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         statistic=f"of {len(rows)} cells, interval not outside +-{STATIC_MARGIN:g} of the prediction",
         estimate=float(len(rows) - len(miss)),
         seeds=0, scale=f"{len(rows)} (kernel, a) cells, nested ensembles up to N = 2^{_log2_max(rows)}"
-        + (f", {rows[0]['reps']} repetitions per a" if rows[0].get("reps") else ""),
+        + (f", {_reps_text(rows)} repetitions per a" if rows[0].get("reps") else ""),
         evidence=evidence.strip(), needs="more repetitions or larger N, so that every interval lies within "
         f"+-{STATIC_MARGIN:g} of its prediction" if verdict == C.UNDECIDED else "",
         decided_by={"notebook": "08_phase_diagram", "section": "The static test",
@@ -266,6 +266,11 @@ def _softmax_everywhere(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                              if d.verdict in (C.UNDECIDED, C.NOT_RUN) and d.reason),
                    decided_by={"notebook": "08_phase_diagram", "section": "The trained phase diagram",
                                "figures": ["phase_curves"]}).to_dict()
+
+
+def _reps_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    reps = sorted({r["reps"] for r in rows if r.get("reps")})
+    return f"{reps[0]}" if len(reps) == 1 else f"{reps[0]}-{reps[-1]}"
 
 
 def _log2_max(rows: Sequence[Mapping[str, Any]]) -> str:
