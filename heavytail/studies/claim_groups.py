@@ -38,8 +38,8 @@ GROUPS: tuple[ClaimGroup, ...] = (
     # the same map read floor-free: each model's excess over the sampling floor (the ratio's trend is the floor's)
     ClaimGroup("gap-design-excess", "gap-design", converged_gap.design_findings),
     ClaimGroup("gap-long", "gap-long", kernel_gap_claims.long_findings),
-    # the trained claims only: notebook 08 adds the static test, which it computes itself
-    ClaimGroup("phase", "phase", phase_diagram.findings),
+    # the trained claims, and the static test read from the shipped static reference
+    ClaimGroup("phase", "phase", lambda runs: phase_diagram.findings(runs, _static_rows())),
     # the earlier map, a second arm of the same claims (notebook 07)
     ClaimGroup("gap-points", "gap-points", kernel_gap_claims.findings, headline=False),
     # the paper's collapse, rung by rung toward Table 3 (notebook 09)
@@ -48,6 +48,11 @@ GROUPS: tuple[ClaimGroup, ...] = (
     ClaimGroup("gap-converged", "gap-converged", lambda runs: converged_gap.findings(runs, _design_runs())),
     ClaimGroup("subnormal-ab", "subnormal-ab", subnormal_ab.findings, headline=False),
 )
+
+
+def _static_rows() -> tuple:
+    """The shipped static reference's cells (reference_maps.COMPUTED["phase-static"]); none before it is shipped."""
+    return tuple((reference_maps.load_computed("phase-static") or {}).get("rows", ()))
 
 
 def _design_runs() -> tuple:

@@ -149,17 +149,31 @@ STATIC_MARGIN = 0.1  # an exponent within +-0.1 of the prediction counts as matc
 
 
 def static_verdict(rows: Sequence[Mapping[str, Any]], margin: float = STATIC_MARGIN) -> tuple[str, list, list]:
-    """The static claim from :func:`heavytail.studies.moment_condition.exponent_table`'s rows, reading the
-    Bonferroni-level intervals (21 cells read at 95 % each would miss one by chance in most tests):
-    *not reproduced* when some cell's interval excludes the prediction, *reproduced* when every interval lies
-    within ``margin`` of it (a narrow interval around the prediction, not merely one wide enough to hold it),
-    undecided otherwise. Returns (verdict, missing cells, too-wide cells)."""
-    miss = [r for r in rows if not r["joint_holds"]]
-    wide = [r for r in rows if r["joint_holds"] and not (r["predicted"] - margin <= r["joint_low"]
-                                                          and r["joint_high"] <= r["predicted"] + margin)]
+    """The static claim, "the exponent matches App. A's prediction within +-``margin``", from
+    :func:`heavytail.studies.moment_condition.exponent_table`'s rows, reading the Bonferroni-level intervals
+    (dozens of cells read at 95 % each would miss one by chance in most tests) as an equivalence test:
+    *reproduced* when every cell's interval lies within ``margin`` of its prediction; *not reproduced* when
+    some cell's interval lies wholly outside that band (its exponent differs by more than the margin);
+    undecided otherwise. An interval that excludes the exact prediction but stays within the band is a match:
+    the prediction is asymptotic, and a slope fitted over finite N carries a crossover bias the claim's
+    tolerance allows for (such cells are reported, see :func:`static_off`). Returns (verdict, cells outside the
+    band, cells straddling its edge)."""
+    def inside(r):
+        return r["predicted"] - margin <= r["joint_low"] and r["joint_high"] <= r["predicted"] + margin
+
+    def outside(r):
+        return r["joint_high"] < r["predicted"] - margin or r["joint_low"] > r["predicted"] + margin
+
+    miss = [r for r in rows if outside(r)]
+    wide = [r for r in rows if not inside(r) and not outside(r)]
     if miss:
         return C.NOT_REPRODUCED, miss, wide
     return (C.UNDECIDED if wide else C.REPRODUCED), miss, wide
+
+
+def static_off(rows: Sequence[Mapping[str, Any]]) -> list:
+    """Cells whose Bonferroni interval excludes the exact asymptotic prediction (within the band or not)."""
+    return [r for r in rows if not r["joint_holds"]]
 
 
 def _static_claim(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -170,16 +184,22 @@ def _static_claim(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return (f"{r['kernel']} at a = {r['a']:g}: predicted {r['predicted']:.2f}, measured {r['measured']:.2f} "
                 f"[{r['joint_low']:.2f}, {r['joint_high']:.2f}]")
 
+    off = [r for r in static_off(rows) if r not in miss]
     evidence = (f"Intervals at the Bonferroni level {level:.4f} over {len(rows)} cells. "
-                + (f"Outside: {'; '.join(cell(r) for r in miss)}. " if miss else "No interval excludes its prediction. ")
-                + (f"Wider than +-{STATIC_MARGIN:g}: {'; '.join(cell(r) for r in wide)}." if wide else ""))
+                + (f"Outside +-{STATIC_MARGIN:g}: {'; '.join(cell(r) for r in miss)}. " if miss else
+                   f"No interval lies outside +-{STATIC_MARGIN:g} of its prediction. ")
+                + (f"Straddling +-{STATIC_MARGIN:g}: {'; '.join(cell(r) for r in wide)}. " if wide else "")
+                + (f"Within the band but excluding the exact asymptotic value (finite-N crossover): "
+                   f"{'; '.join(cell(r) for r in off)}." if off else ""))
     return C.Claim(
         "static-exponent-matches", "The static growth exponent of attention's output matches App. A's prediction "
         f"(within +-{STATIC_MARGIN:g})", "App. A (beyond the paper)", "not tested in the paper", verdict,
-        statistic=f"of {len(rows)} cells, interval holds the prediction", estimate=float(len(rows) - len(miss)),
-        seeds=0, scale=f"{len(rows)} (kernel, a) cells, nested ensembles up to N = 2^{_log2_max(rows)}",
-        evidence=evidence.strip(), needs="more repetitions or larger N, so that every interval is narrower than "
-        f"+-{STATIC_MARGIN:g}" if verdict == C.UNDECIDED else "",
+        statistic=f"of {len(rows)} cells, interval not outside +-{STATIC_MARGIN:g} of the prediction",
+        estimate=float(len(rows) - len(miss)),
+        seeds=0, scale=f"{len(rows)} (kernel, a) cells, nested ensembles up to N = 2^{_log2_max(rows)}"
+        + (f", {_reps_text(rows)} repetitions per a" if rows[0].get("reps") else ""),
+        evidence=evidence.strip(), needs="more repetitions or larger N, so that every interval lies within "
+        f"+-{STATIC_MARGIN:g} of its prediction" if verdict == C.UNDECIDED else "",
         decided_by={"notebook": "08_phase_diagram", "section": "The static test",
                     "figures": ["static_exponents"]}).to_dict()
 
@@ -246,6 +266,11 @@ def _softmax_everywhere(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                              if d.verdict in (C.UNDECIDED, C.NOT_RUN) and d.reason),
                    decided_by={"notebook": "08_phase_diagram", "section": "The trained phase diagram",
                                "figures": ["phase_curves"]}).to_dict()
+
+
+def _reps_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    reps = sorted({r["reps"] for r in rows if r.get("reps")})
+    return f"{reps[0]}" if len(reps) == 1 else f"{reps[0]}-{reps[-1]}"
 
 
 def _log2_max(rows: Sequence[Mapping[str, Any]]) -> str:

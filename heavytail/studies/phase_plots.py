@@ -153,3 +153,73 @@ def hill_plot_figure(run_dirs: Mapping[str, Any], n_points: int | None = None, s
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def reference_figure(rows: Sequence[Mapping[str, Any]], margin: float = P.STATIC_MARGIN):
+    """The shipped static reference: (a) each (kernel, a) cell's measured minus predicted exponent against a,
+    with its Bonferroni interval (the claim's) and the +-``margin`` band; (b) measured against predicted."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [1.6, 1]})
+    kernels = sorted({r["kernel"] for r in rows}, key=lambda k: KERNEL_ROWS[k].order)
+    for i, k in enumerate(kernels):
+        sub = [r for r in rows if r["kernel"] == k]
+        x = np.array([r["a"] for r in sub]) + 0.03 * (i - len(kernels) / 2)
+        d = np.array([r["measured"] - r["predicted"] for r in sub])
+        lo = np.array([r["measured"] - r["joint_low"] for r in sub])
+        hi = np.array([r["joint_high"] - r["measured"] for r in sub])
+        ax.errorbar(x, d, yerr=[lo, hi], fmt="o", ms=3, capsize=2, color=KERNEL_COLORS[k], label=kernel_label(k))
+        bx.errorbar([r["predicted"] for r in sub], [r["measured"] for r in sub], yerr=[lo, hi], fmt="o", ms=3,
+                    capsize=2, color=KERNEL_COLORS[k])
+    ax.axhspan(-margin, margin, color="0.9", zorder=-1, label=f"+-{margin:g}: the claim's tolerance")
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xlabel("tail index a of the tokens")
+    ax.set_ylabel("measured - predicted exponent (Bonferroni interval)")
+    ax.set_title("(a) each cell against App. A's prediction", fontsize=9)
+    ax.legend(fontsize=6, ncol=2)
+    ax.grid(alpha=0.3)
+    top = max(max(r["joint_high"] for r in rows), max(r["predicted"] for r in rows)) + 0.05
+    bx.plot([0, top], [0, top], "k:", lw=0.8)
+    bx.fill_between([0, top], [-margin, top - margin], [margin, top + margin], color="0.9", zorder=-1)
+    bx.set_xlabel("predicted exponent")
+    bx.set_ylabel("measured exponent")
+    bx.set_title("(b) measured against predicted", fontsize=9)
+    bx.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def fixed_weight_figure(results: Sequence[Mapping[str, Any]]):
+    """Trained models at their weights (heavytail.studies.fixed_weight): (a) block 0's attention-output
+    exponent (95 % interval) against App. A's prediction, one point per (run, heavier-axis a); (b) the Hill
+    estimate of the tokens entering each block (median over ensembles, eq. 38's band), the input's a dashed."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.4))
+    labels = []
+    for i, r in enumerate(results):
+        color = KERNEL_COLORS[r["kernel"]]
+        for j, at in enumerate(r["at"]):
+            marker = "o" if j == 0 else "s"
+            ax.errorbar([at["predicted"]], [at["measured"]], yerr=[[at["measured"] - at["low"]],
+                                                                   [at["high"] - at["measured"]]],
+                        fmt=marker, color=color, ms=5, capsize=2)
+            x = i + 0.3 * j
+            for h in at["hill"]:
+                bx.errorbar([x + 0.1 * h["block"]], [h["median"]], yerr=[[h["median"] - h["band_low"]],
+                                                                         [h["band_high"] - h["median"]]],
+                            fmt=marker, color=color, mfc="white" if h["block"] else color, ms=5, capsize=2)
+            bx.plot([x - 0.05, x + 0.15], [at["a"]] * 2, "k--", lw=0.8)
+        labels.append(f"{r['kernel']}\n{r['tail_regime']}")
+    top = max(max(at["high"] for r in results for at in r["at"]), max(at["predicted"] for r in results
+                                                                      for at in r["at"])) + 0.05
+    ax.plot([0, top], [0, top], "k:", lw=0.8)
+    ax.fill_between([0, top], [-P.STATIC_MARGIN, top - P.STATIC_MARGIN], [P.STATIC_MARGIN, top + P.STATIC_MARGIN],
+                    color="0.92", zorder=-1)
+    ax.set_xlabel("App. A's predicted exponent at the ensemble's heavier-axis a")
+    ax.set_ylabel("block 0's measured exponent at trained weights")
+    ax.set_title("(a) o: the regime's smallest a, s: its largest; colour: kernel", fontsize=9)
+    ax.grid(alpha=0.3)
+    bx.set_yscale("log")
+    bx.set_xticks(range(len(results)), labels, fontsize=7)
+    bx.set_ylabel("Hill estimate of |token| (eq. 38, k = 0.1 N)")
+    bx.set_title("(b) filled: tokens entering block 0, open: block 1 (after LayerNorm); dashed: input a", fontsize=9)
+    bx.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig

@@ -280,3 +280,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli.bad_input("ship-map", err)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
     return 0
+
+
+@dataclass(frozen=True)
+class ComputedSpec:
+    """One shipped reference that is computed, not trained: no grid and no runs, a JSON of rows with its own
+    provenance (commit, torch, machine, date, command), written by ``command``."""
+
+    file: str
+    command: str
+    title: str
+    about: str
+
+
+COMPUTED = {
+    "phase-static": ComputedSpec(
+        "phase_static.json", "python -m heavytail.studies.phase_static --pilot outputs/reference/phase_static_pilot.json "
+        "--most 240 --work outputs/phase-static-work --output outputs/reference/phase_static.json",
+        "static reference", "growth exponent of one query's attention output, every kernel x 9 tail indices, "
+        "N = 2^10 .. 2^20, 64-240 repetitions per tail index (App. A)"),
+    "phase-fixed-weight": ComputedSpec(
+        "phase_fixed_weight.json", "python -m heavytail.studies.fixed_weight outputs/phase-fixed/<run> ... "
+        "--output outputs/reference/phase_fixed_weight.json", "fixed-weight measurements",
+        "block 0's attention-output exponent and each block's token tail index at trained weights (6 runs)"),
+}
+
+
+def load_computed(name: str, root: Path | None = None) -> dict[str, Any] | None:
+    """A shipped computed reference (None when its file is absent)."""
+    if name not in COMPUTED:
+        raise ValueError(f"unknown computed reference {name!r}; they are: {', '.join(COMPUTED)}")
+    path = (root or repo_root()) / REFERENCE_DIR / COMPUTED[name].file
+    return load_json(path) if path.is_file() else None

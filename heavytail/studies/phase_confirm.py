@@ -1,0 +1,132 @@
+"""The confirmatory trained test of App. A's boundary, pre-registered before its runs (params/grid_phase_confirm.yaml).
+
+The shipped phase map cannot decide which boundary its cells follow: its statistic (the ratio to the floor)
+grows wherever the floor falls, five seeds make its joint rule *reproduced* almost impossible, and the rules
+"q + 1 >= a_lo", "q + 1 >= a_hi" and "q >= a_lo" all fit it. This test is fixed before any of its runs:
+
+- **candidate rules** (:data:`RULES`): growth with N where q + 1 >= a_lo (App. A's condition fails on some trial
+  of the regime: the pre-registered prediction, heavytail.studies.phase_diagram.predicted_growth), where
+  q + 1 >= a_hi (it fails on most trials), or where q >= a_lo (the normaliser E[g(S)] itself diverges,
+  heavytail.names' description of the regimes);
+- **deciding cells** (:func:`deciding_cells`): the (kernel, regime) cells where the rules disagree, and only
+  those (elsewhere every rule predicts the same, so a cell there decides nothing between them);
+- **endpoint** (:func:`excess_endpoint`): floor-free. Per run, the log of the median over evaluation trials of
+  the energy distance's excess over that trial's floor (eq. 36's numerator minus its denominator, at the
+  training N); a model whose error does not depend on N has an excess that does not either, whereas the ratio
+  to a falling floor grows. Per seed, the least-squares slope of that log on log2 N;
+- **per-cell prediction**: *grows* (slope > 0: the growth rule's interval above 0) or *bounded* (slope below
+  log 1.10 per doubling: the interval below heavytail.studies.claims.GROWTH_MARGIN);
+- **decision** (:func:`confirm_verdict`): each deciding cell by the growth rule at the Bonferroni level
+  1 - 0.05 / cells; a rule is *excluded* when a decided cell contradicts it. The claim "trained growth follows
+  q + 1 >= a_lo" is *reproduced* when every deciding cell is decided and agrees with it (so both alternatives
+  are excluded), *not reproduced* when a cell contradicts it, *undecided* otherwise (with the seeds
+  :func:`seeds_needed` says it would take);
+- **seeds** (:data:`SEEDS`): 20 new ones per deciding cell, disjoint from the shipped map's 0-4;
+  :func:`power` simulates the rule at the shipped map's spread.
+
+Per-trial evaluation records (distance, floor, the trial's tail indices) are what the endpoint reads; the
+per-trial strata of a (each trial draws its own index from the regime's range) are a secondary, exploratory
+reading of the same records (:func:`stratum_of`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from heavytail.names import KERNEL_ROWS, TAIL_REGIMES
+from heavytail.studies import claims as C
+
+HEAVIER_AXIS = 1
+PRIMARY = "q + 1 >= a_lo"
+RULES: dict[str, Callable[[float, float, float], bool]] = {
+    PRIMARY: lambda q, lo, hi: q + 1 >= lo,
+    "q + 1 >= a_hi": lambda q, lo, hi: q + 1 >= hi,
+    "q >= a_lo": lambda q, lo, hi: q >= lo,
+}
+SEEDS = tuple(range(100, 120))  # the shipped phase map used seeds 0-4
+SHIPPED_SEEDS = tuple(range(5))
+NS = (256, 1024, 4096)
+LONG_N = 8192  # added on the cells predicted to grow by the primary rule only: the lever arm they need
+GROWS = math.log(1.5)  # the effect size power is computed at: x1.5 per doubling, as notebook 08's map power
+
+
+def predictions(kernel: str, regime: str) -> dict[str, bool]:
+    """Every candidate rule's prediction (True: grows) for one cell."""
+    lo, hi = TAIL_REGIMES[regime][HEAVIER_AXIS]
+    q = KERNEL_ROWS[kernel].order
+    return {name: rule(q, lo, hi) for name, rule in RULES.items()}
+
+
+def deciding_cells(kernels: Sequence[str] | None = None, regimes: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """The (kernel, regime) cells where the candidate rules disagree, every registered kernel and regime by
+    default."""
+    return [(k, g) for k in (kernels or KERNEL_ROWS) for g in (regimes or TAIL_REGIMES)
+            if len(set(predictions(k, g).values())) > 1]
+
+
+def excess_endpoint(distances: Sequence[float], floors: Sequence[float]) -> float:
+    """log median_t (D_t - F_t) over evaluation trials t: the energy distance of the model's output and its
+    floor (an independent target ensemble's), both at the training N. NaN when the median excess is not
+    positive (the model is at its floor: no growth can be read)."""
+    excess = np.asarray(distances, dtype=float) - np.asarray(floors, dtype=float)
+    med = float(np.median(excess))
+    return math.log(med) if med > 0 else math.nan
+
+
+def stratum_of(a: float, regime: str, strata: int = 2) -> int:
+    """Which of ``strata`` equal bins of the regime's heavier-axis range a trial's index a falls in."""
+    lo, hi = TAIL_REGIMES[regime][HEAVIER_AXIS]
+    return min(strata - 1, max(0, int((a - lo) / (hi - lo) * strata)))
+
+
+def confirm_verdict(slopes: Mapping[tuple[str, str], Sequence[float]], level: float = C.LEVEL
+                    ) -> dict[str, Any]:
+    """From per-cell per-seed slopes (log excess per doubling of N) on the deciding cells: each cell's growth
+    decision at the Bonferroni level, each rule's standing (``excluded`` when a decided cell contradicts it,
+    ``consistent`` when every cell is decided and agrees, else ``open``), and the primary claim's verdict."""
+    if not slopes:
+        return {"verdict": C.NOT_RUN, "cells": {}, "rules": {}}
+    strict = 1 - (1 - level) / len(slopes)
+    cells, standing = {}, {name: "consistent" for name in RULES}
+    for cell, values in slopes.items():
+        d = C.growth_rule(list(values), level=strict)
+        grows = {C.REPRODUCED: True, C.NOT_REPRODUCED: False}.get(d.verdict)
+        cells[cell] = {"decision": d, "grows": grows}
+        for name, predicted in predictions(*cell).items():
+            if grows is None and standing[name] == "consistent":
+                standing[name] = "open"
+            elif grows is not None and grows != predicted:
+                standing[name] = "excluded"
+    verdict = {"excluded": C.NOT_REPRODUCED, "consistent": C.REPRODUCED}.get(standing[PRIMARY], C.UNDECIDED)
+    return {"verdict": verdict, "cells": cells, "rules": standing, "level": strict}
+
+
+def simulate(truth: str, sd: float, seeds: int, cells: Sequence[tuple[str, str]] | None = None,
+             grows: float = GROWS, bounded: float = 0.0, m: int = 400, seed: int = 0) -> dict[str, float]:
+    """Shares of ``m`` simulated designs whose primary verdict is each verdict, when rule ``truth`` holds:
+    per-seed slopes normal with spread ``sd`` around ``grows`` where it predicts growth, ``bounded`` elsewhere."""
+    cells = list(cells or deciding_cells())
+    rng = np.random.default_rng(seed)
+    counts: dict[str, int] = {}
+    for _ in range(m):
+        slopes = {c: rng.normal(grows if predictions(*c)[truth] else bounded, sd, seeds) for c in cells}
+        v = confirm_verdict(slopes)["verdict"]
+        counts[v] = counts.get(v, 0) + 1
+    return {v: counts.get(v, 0) / m for v in C.VERDICTS}
+
+
+def power(sd: float, seeds: int, **kw) -> float:
+    """The chance the primary claim reads *reproduced* when it is true (:func:`simulate`)."""
+    return simulate(PRIMARY, sd, seeds, **kw)[C.REPRODUCED]
+
+
+def seeds_needed(sd: float, target: float = 0.8, most: int = 80, m: int = 200) -> int | None:
+    """The fewest seeds per deciding cell (from 5, in steps of 5) with :func:`power` >= ``target``; None when
+    even ``most`` do not reach it."""
+    for n in range(5, most + 1, 5):
+        if power(sd, n, m=m) >= target:
+            return n
+    return None

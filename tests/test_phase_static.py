@@ -1,0 +1,42 @@
+"""The static reference's design (heavytail.studies.phase_static): every kernel's boundary has a tail index on
+either side, the pilot's spread sizes the repetitions, and the cross-check of a small run against the reference
+flags a cell that is off and passes one that is not."""
+
+from __future__ import annotations
+
+import math
+
+from heavytail.studies import phase_static as S
+
+
+def test_every_kernel_boundary_has_a_tail_index_either_side_and_q2_its_neighbourhood():
+    covered = S.boundaries_covered()
+    assert "softmax" not in covered and all(v is not None for v in covered.values()), covered
+    for lo, hi in covered.values():
+        assert hi - lo <= 0.75
+    assert any(2.5 <= a < 3 for a in S.TAIL_INDICES) and any(3 < a <= 3.5 for a in S.TAIL_INDICES)
+
+
+def test_the_allocation_follows_the_widest_cell_of_each_tail_index():
+    rows = [{"a": 1.0, "sd": 0.02}, {"a": 1.0, "sd": 0.08}, {"a": 2.0, "sd": 0.01}, {"a": 3.0, "sd": 1.0}]
+    reps = S.allocate(rows, 16, least=10, most=500)
+    assert reps[1.0] == math.ceil(1.1 * S.reps_needed(0.08, 16, 4, 0.1))  # the wider of its two cells
+    assert reps[2.0] == 10 and reps[3.0] == 500  # clipped both ways
+    # the half-width it aims at: z sd / sqrt(reps / pilot reps) is 0.1 / sqrt(1.1)
+    assert S.joint_z(4) * 0.08 / math.sqrt(reps[1.0] / 16) <= 0.1
+
+
+def _row(kernel, a, measured, half, cells):
+    return {"kernel": kernel, "a": a, "measured": measured, "joint_low": measured - half,
+            "joint_high": measured + half, "joint_level": 1 - 0.05 / cells}
+
+
+def test_the_cross_check_flags_a_cell_that_is_off():
+    ref = [_row("softmax", 2.75, 0.40, 0.02, 63), _row("log_elu", 2.75, 0.0, 0.02, 63)]
+    own = [_row("softmax", 2.75, 0.45, 0.15, 21), _row("log_elu", 2.75, 0.02, 0.1, 21),
+           _row("log_elu", 9.0, 0.0, 0.1, 21)]  # not in the reference: not compared
+    check = S.cross_check(own, ref)
+    assert check["shared"] == 2 and check["agree"] is True
+    own[1] = _row("log_elu", 2.75, 0.3, 0.1, 21)
+    check = S.cross_check(own, ref)
+    assert check["agree"] is False and check["misses"] == 1
