@@ -156,7 +156,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         soft, other = cs.get((rung.name, SOFTMAX_SDPA), []), cs.get((rung.name, LOG_ELU), [])
         if not soft and not other:
             continue
-        where = f"{rung.name} ({rung.about}); " + map_extent([*soft, *other])
+        where = map_extent([*soft, *other]) + f"; rung {rung.name}: {rung.about}"
         symlog = bool(soft and soft[0]["config"]["symlog"])
         times = onsets(soft)
         onset_text = ", ".join(f"seed {s}: {'step ' + str(t) if t is not None else 'none'}" for s, t in times.items())
@@ -193,7 +193,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "often than softmax's attention in float32 under the same autocast",
                 "App. E.4, Sec. 5", "not tested: the paper ran softmax only through FlashAttention in bf16", d,
                 "SDPA (bf16) - float32 attention share of logged steps with a collapsed batch",
-                f"{rung.name}; " + map_extent([*soft, *f32]),
+                map_extent([*soft, *f32]) + f"; rung {rung.name}",
                 "per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in diffs.items()),
                 _decided_by("Precision or kernel", ["onset_aligned"])).to_dict())
     return out

@@ -137,7 +137,7 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
 def onset_window(log: Sequence[Mapping[str, Any]], keys: Sequence[str] = BLOCK_TRACE_KEYS + ONSET_BLOCK_KEYS
                  ) -> dict[str, Any]:
     """The steps around the run's collapse onset at full resolution: the dense window (RunConfig.dense_log_window)
-    that holds :func:`heavytail.science.collapse.collapse_onset`, or the first one when the run ends healthy.
+    that holds :func:`heavytail.science.collapse.collapse_onset`, or the last one when the run has no lasting onset.
     ``{"onset": step or None, "center": the window's first collapsed step, "step": [...], "loss": [...],
     "collapsed_fraction": [...], "block<b>.<key>": [...]}``, every step of the window in order."""
     from heavytail.science.collapse import collapse_onset
@@ -156,7 +156,9 @@ def onset_window(log: Sequence[Mapping[str, Any]], keys: Sequence[str] = BLOCK_T
     windows = [w for w in windows if len(w) > 1 and any(r.get("collapsed_fraction", 0) >= 0.5 for r in w)]
     if not windows:
         return {"onset": onset}
-    chosen = windows[0]
+    # Without a lasting onset, the last window: the trained model's collapses, not the first steps' (a batch at
+    # step 1 can collapse before any healthy stretch exists)
+    chosen = windows[-1]
     if onset is not None:
         chosen = min(windows, key=lambda w: min(abs(r["step"] - onset) for r in w))
     center = next(r["step"] for r in chosen if r.get("collapsed_fraction", 0) >= 0.5)
