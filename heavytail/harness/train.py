@@ -298,6 +298,18 @@ def validation_score(model, val: tuple[torch.Tensor, torch.Tensor], cfg: RunConf
     return float(torch.cat(logs).mean())
 
 
+def _fresh_state(cfg: RunConfig, device: torch.device):
+    """A run's state at step 0, built in a fixed order from its seed: model, optimizer, schedule, benchmark, data
+    generator and counters."""
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    random.seed(cfg.seed)
+    model = build_model(cfg, device)
+    optimizer, scheduler = build_optimizer(cfg, model)
+    counters: dict[str, Any] = {"skipped": 0, "validation": [], "dense_windows": 0}
+    return model, optimizer, scheduler, build_benchmark(cfg), torch.Generator().manual_seed(cfg.seed), counters
+
+
 def train(
     cfg: RunConfig,
     run_dir: str | Path,
@@ -321,14 +333,7 @@ def train(
     from heavytail.science.attention import recording_backends  # noqa: PLC0415
     from heavytail.science.metrics import energy_distance  # noqa: PLC0415  (the compiled loss loads only when training)
 
-    torch.manual_seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    random.seed(cfg.seed)
-    model = build_model(cfg, device)
-    optimizer, scheduler = build_optimizer(cfg, model)
-    bench = build_benchmark(cfg)
-    data_gen = torch.Generator().manual_seed(cfg.seed)
-    counters: dict[str, Any] = {"skipped": 0, "validation": [], "dense_windows": 0}
+    model, optimizer, scheduler, bench, data_gen, counters = _fresh_state(cfg, device)
     start = 0
 
     # The newest intact checkpoint: one that cannot be read (a disk fault, a copy cut short) is moved aside as
@@ -353,14 +358,7 @@ def train(
             print(f"[train] warning: {path} is unreadable ({type(exc).__name__}: {reason}); moved to {aside.name}, "
                   "using the one before it (step 0 if none)", file=sys.stderr, flush=True)
             # A partly applied state must not leak into the next attempt: rebuilt as above, in the same order.
-            torch.manual_seed(cfg.seed)
-            np.random.seed(cfg.seed)
-            random.seed(cfg.seed)
-            model = build_model(cfg, device)
-            optimizer, scheduler = build_optimizer(cfg, model)
-            bench = build_benchmark(cfg)
-            data_gen = torch.Generator().manual_seed(cfg.seed)
-            counters = {"skipped": 0}
+            model, optimizer, scheduler, bench, data_gen, counters = _fresh_state(cfg, device)
     # Lines logged after the checkpoint belong to steps that will be redone: drop them.
     log_path = RunDir(run_dir).metrics_path
     kept = [row for row in read_jsonl(log_path) if row["step"] <= start]
