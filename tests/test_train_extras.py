@@ -66,12 +66,12 @@ def test_resume_with_validation_and_dense_window_is_bitwise(tmp_path):
     assert va == vb
 
 
-def test_a_corrupt_checkpoint_of_a_run_with_validation_and_dense_window_resumes_from_the_one_before(tmp_path):
+def test_a_run_with_validation_and_dense_window_whose_checkpoints_are_all_corrupt_restarts_cleanly(tmp_path):
     cfg = RunConfig(**TINY, val_every=5, val_trials=2, dense_log_window=3)
     train(cfg, tmp_path / "a", quiet=True)
     train(cfg, tmp_path / "b", quiet=True, stop_after=25)
-    latest = RunDir(tmp_path / "b").checkpoints()[-1]
-    latest.write_bytes(b"not a checkpoint")
-    train(cfg, tmp_path / "b", quiet=True)
+    for path in RunDir(tmp_path / "b").checkpoints():
+        path.write_bytes(b"not a checkpoint")
+    train(cfg, tmp_path / "b", quiet=True)  # from step 0, with every counter the run keeps
     a, b = (torch.load(RunDir(tmp_path / x).model_path) for x in "ab")
     assert all(torch.equal(a[k], b[k]) for k in a)
