@@ -59,12 +59,18 @@ def _grid_command(*args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait_for(condition, what: str, timeout_s: float = DEADLINE_S, every_s: float = 1.0):
+def _wait_for(condition, what: str, timeout_s: float = DEADLINE_S, every_s: float = 1.0,
+              process: subprocess.Popen | None = None):
+    """``condition()``'s first truthy value; fails at once when ``process`` (the grid command that should make it
+    true) has exited first, with what it printed, rather than after the whole deadline."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
+        if process is not None and process.poll() is not None:
+            out = process.stdout.read() if process.stdout else ""
+            raise AssertionError(f"the grid command exited ({process.returncode}) before {what}:\n{out}")
         time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
@@ -182,7 +188,7 @@ def test_a_timed_out_job_is_requeued_and_resumes_to_the_same_weights(slurm_clust
     local_run = _grid_command(grid_file, "--executor", "local", "--workers", "1", "--threads", "1",
                               "--output-root", str(local_root))
     try:
-        job_id = _wait_for(lambda: _job_ids(grid_dir).get(name), "the submission")
+        job_id = _wait_for(lambda: _job_ids(grid_dir).get(name), "the submission", process=slurm_run)
         note(f"submitted as SLURM job {job_id}")
         first = _wait_for(lambda: sorted((run_dir / "checkpoints").glob("step_*.pt")), "a first checkpoint",
                           every_s=0.5)
@@ -290,14 +296,14 @@ def test_a_failing_notebook_and_a_cancelled_task_are_reported_and_the_others_fin
     spec = GridSpec.from_dict(grid)
     good, bad, cancelled = spec.names
     grid_file, grid_dir = _write(tmp_path, grid), tmp_path / spec.name
-    # A folder already holding another configuration's run: train() refuses to mix the two, so this
-    # configuration fails inside its training cell.
+    # A folder whose checkpoints/ is a file: this configuration fails inside its training cell, at its first
+    # checkpoint. (A folder of another configuration's run is refused before anything runs: test_reliability_probes.)
     (grid_dir / bad).mkdir(parents=True)
-    (grid_dir / bad / "config.yaml").write_text(spec.configs[1].replace(steps=spec.configs[1].steps + 1).to_yaml())
+    (grid_dir / bad / "checkpoints").write_text("")
 
     run = _grid_command(grid_file, "--executor", "slurm", "--output-root", str(tmp_path))
     try:
-        job_id = _wait_for(lambda: _job_ids(grid_dir).get(cancelled), "the submission")
+        job_id = _wait_for(lambda: _job_ids(grid_dir).get(cancelled), "the submission", process=run)
         subprocess.run(["scancel", job_id], check=True)
         out, _ = run.communicate(timeout=DEADLINE_S)
     finally:
@@ -306,7 +312,8 @@ def test_a_failing_notebook_and_a_cancelled_task_are_reported_and_the_others_fin
     assert run.returncode == 1, out  # a configuration failed (and one was cancelled)
     entries = {c["name"]: c for c in _grid_json(grid_dir)["configurations"]}
     assert entries[good]["status"] == "ok"
-    assert entries[bad]["status"] == "failed" and "different configuration" in entries[bad]["error"]
+    assert entries[bad]["status"] == "failed"
+    assert "File exists" in entries[bad]["error"] and "checkpoints" in entries[bad]["error"], entries[bad]["error"]
     assert entries[bad]["failed_cell"] == train_cell(grid_dir / entries[bad]["ipynb"])
     assert (grid_dir / entries[bad]["html"]).is_file()
     assert entries[cancelled]["status"] == "cancelled" and "cancelled" in entries[cancelled]["error"]
