@@ -99,6 +99,37 @@ def test_a_shipped_map_is_replaced_only_by_as_many_finished_runs_or_with_force_k
     assert json.loads(shipped.read_text())["provenance"]["complete"]
 
 
+def test_a_grid_resumed_in_a_fresh_folder_ships_with_the_runs_shipped_before(tmp_path, capsys, monkeypatch):
+    """A later session reruns only the pending configurations (--only, in a new folder); shipping keeps the runs
+    the earlier ship holds, in the grid's order, and takes a run held in both from the folder."""
+    out = tmp_path / "kernel_gap_design.json"
+    first = tmp_path / "session-1" / "grid-gap-design"
+    _grid_record(first, "grid-gap-design", str(PARAMS / "grid_gap_design.yaml"), 5)
+    monkeypatch.setattr(kernel_gap, "collect", lambda grid_dir: _fake_runs(5)[:3])
+    assert main(["ship-map", "gap-design", str(first), "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["provenance"]["finished"] == 3
+
+    later = tmp_path / "session-2" / "grid-gap-design"
+    _grid_record(later, "grid-gap-design", str(PARAMS / "grid_gap_design.yaml"), 5)
+    rerun = _fake_runs(5)[2:]
+    for r in rerun:
+        r["median"] = {"rerun": True}
+    monkeypatch.setattr(kernel_gap, "collect", lambda grid_dir: rerun)
+    assert main(["ship-map", "gap-design", str(later), "--output", str(out)]) == 0
+    shipped = json.loads(out.read_text())
+    assert [r["name"] for r in shipped["runs"]] == ["c0", "c1", "c2", "c3", "c4"]
+    assert [bool(r["median"]) for r in shipped["runs"]] == [False, False, True, True, True]
+    assert shipped["provenance"]["complete"] and shipped["provenance"]["kept_from_earlier_ship"] == 2
+
+
+def test_pending_lists_the_grid_configurations_the_shipped_map_lacks(capsys):
+    spec = GridSpec.from_yaml(PARAMS / "grid_collapse_ladder.yaml")
+    held = {r["name"] for r in R.load("ladder")["runs"]}
+    assert main(["ship-map", "ladder", "--pending"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert listed == [n for n in spec.names if n not in held] and len(listed) == len(spec.names) - len(held)
+
+
 @pytest.mark.parametrize("damage, says", [
     (lambda b: b[: len(b) // 2], "not valid JSON"),
     (lambda b: b"", "empty"),

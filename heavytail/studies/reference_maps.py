@@ -5,7 +5,9 @@ ratios with intervals, collapse, traces; never checkpoints or weights) with prov
 the runs' own (:mod:`heavytail.harness.provenance`, recorded at training time): shipping refuses runs from a
 dirty tree or from several commits unless told otherwise, and a grid shipped before it finished says so
 (``complete`` is false and ``finished`` counts what it holds), so a later session can resume the grid and
-ship again. ``python -m heavytail ship-map NAME GRID_DIR`` is the command.
+ship again. ``python -m heavytail ship-map NAME GRID_DIR`` is the command. A session whose grid folder is gone
+resumes with ``python -m heavytail grid <grid file> --only $(python -m heavytail ship-map NAME --pending)`` in a
+fresh folder; shipping that folder keeps the runs the map already holds (:func:`merged_runs`).
 
 A shipped map is results nobody can recompute cheaply, so shipping never loses one: a map is written only from the
 folder of the grid file it belongs to (the name its ``grid.json`` records against the ``name`` of
@@ -212,6 +214,38 @@ def _check_replace(out: Path, finished: int, force: bool) -> None:
         shutil.copy2(out, out.with_name(out.name + ".bak"))
 
 
+def _shipped_runs(out: Path) -> list[dict[str, Any]]:
+    """The runs of the map already at ``out`` (none when there is no file; a damaged one is refused later)."""
+    try:
+        return list(read_map(out)["runs"]) if out.is_file() else []
+    except ValueError:
+        return []
+
+
+def merged_runs(fresh: Sequence[dict[str, Any]], shipped: Sequence[dict[str, Any]], names: Sequence[str]
+                ) -> tuple[list[dict[str, Any]], int]:
+    """The runs a map is shipped with, and how many of them come from the earlier ship: every finished run of the
+    grid folder, plus each shipped run of the same grid (a name among ``names``, the grid's configurations) that
+    the folder does not hold. A later session resumes a grid with ``--only`` its pending configurations
+    (``ship-map NAME --pending``) in a fresh folder, and shipping keeps what the earlier sessions finished; a run
+    in both is taken from the folder. Listed in the grid's order."""
+    have = {r["name"] for r in fresh}
+    order = {n: i for i, n in enumerate(names)}
+    kept = [r for r in shipped if r.get("name") in order and r["name"] not in have]
+    runs = sorted([*fresh, *kept], key=lambda r: order.get(r["name"], len(order)))
+    return runs, len(kept)
+
+
+def pending(name: str, root: Path | None = None) -> list[str]:
+    """The configurations of map ``name``'s grid file that its shipped map does not hold, in the grid's order."""
+    from heavytail.pipeline.grid_file import GridSpec
+
+    spec = GridSpec.from_yaml((root or repo_root()) / MAPS[name].grid)
+    shipped = load(name, root)
+    have = {r["name"] for r in shipped["runs"]} if shipped else set()
+    return [n for n in spec.names if n not in have]
+
+
 def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = False, allow_mixed: bool = False,
          output: str | Path | None = None, force: bool = False) -> Path:
     """Write the finished runs of ``grid_dir`` as map ``name``; returns the file written. Refused (ValueError) for
@@ -235,6 +269,7 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
     runs = collect(grid_dir)
     if not runs:
         raise ValueError(f"{grid_dir} holds no finished configuration yet")
+    runs, kept = merged_runs(runs, _shipped_runs(out), [c.get("name") for c in record["configurations"]])
     commits = check_shippable([p for r in runs for p in run_provenance(r)], allow_dirty=allow_dirty,
                               allow_mixed=allow_mixed)
     total = len(record["configurations"])
@@ -248,6 +283,7 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
             "finished": len(runs),
             "configurations": total,
             "complete": len(runs) == total,
+            **({"kept_from_earlier_ship": kept} if kept else {}),
         },
         "runs": runs,
     }
@@ -261,7 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Ship a grid's finished per-run summaries, with the runs' own provenance, as a reference map "
                     "under outputs/reference/ (a grid that has not finished ships as incomplete).")
     parser.add_argument("name", help="which map: " + "; ".join(f"{k}: {v.about}" for k, v in MAPS.items()))
-    parser.add_argument("grid_dir", help="the grid's output folder, e.g. outputs/grid-gap-design")
+    parser.add_argument("grid_dir", nargs="?", help="the grid's output folder, e.g. outputs/grid-gap-design")
+    parser.add_argument("--pending", action="store_true",
+                        help="print the grid's configurations the shipped map does not hold, one per line, and exit "
+                             "(resume with: python -m heavytail grid <grid file> --only $(... --pending))")
     parser.add_argument("--output", default=None, help="write here instead of outputs/reference/<file>")
     parser.add_argument("--allow-dirty", action="store_true", help="accept runs trained from a dirty tree")
     parser.add_argument("--allow-mixed", action="store_true",
@@ -272,6 +311,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.name not in MAPS:
             raise ValueError(f"unknown map {args.name!r}; the shipped maps are: {', '.join(MAPS)}")
+        if args.pending:
+            print("\n".join(pending(args.name)))
+            return 0
+        if args.grid_dir is None:
+            raise ValueError("give the grid's output folder (or --pending)")
         path = ship(args.name, args.grid_dir, output=args.output, allow_dirty=args.allow_dirty,
                     allow_mixed=args.allow_mixed, force=args.force,
                     command=portable_command("python -m heavytail ship-map "
