@@ -44,6 +44,17 @@ def test_selection_picks_the_lowest_median_score_and_flags_edges():
     assert all(s.edge for s in sel)
 
 
+def test_an_edge_extension_at_one_cell_leaves_the_other_cells_selected():
+    """log-ELU (sorted first) extended to lr 3e-2 at N = 256, the edge rule's extension: every other cell is still
+    chosen from the grid's own rates, and the extended cell is no longer at an edge once the optimum is inside."""
+    runs = _selection_runs(best=1e-2)
+    runs += [_run(s, 256, "log_elu", "auto", 3e-2, val=abs(math.log(3e-2 / 1e-2)) + 0.01 * s) for s in G.SELECT_SEEDS]
+    sel = {(s.variant[0], s.n_points): s for s in G.select_lr(runs)}
+    assert set(sel) == {(k, n) for k in ("softmax", "log_elu") for n in (256, 1024)}
+    assert sel["log_elu", 256].lr == 1e-2 and not sel["log_elu", 256].edge and 3e-2 in sel["log_elu", 256].scores
+    assert all(s.edge for key, s in sel.items() if key != ("log_elu", 256))
+
+
 def test_selection_never_reads_deciding_seeds_and_waits_for_every_rate():
     runs = _selection_runs(best=3e-3)
     # a deciding seed with a far better score at another rate must not move the choice

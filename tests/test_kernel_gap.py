@@ -151,6 +151,8 @@ def test_a_shipped_map_matches_its_grid_file_and_records_provenance(name):
     assert set(got) <= set(full), "the shipped runs are not the grid file's configurations"
     for run_name, cfg in got.items():
         assert cfg == full[run_name], run_name
+    keep = R.MAPS[name].trace_keys
+    assert keep is None or all(set(r["trace"]) <= set(keep) for r in shipped["runs"]), "traces not thinned"
     prov = shipped["provenance"]
     if name != "gap-points":  # the points-per-step map predates runs that record their own provenance
         assert prov["finished"] == len(got) and prov["configurations"] == len(full)

@@ -96,8 +96,8 @@ def select_lr(runs: Sequence[Mapping[str, Any]], seeds: Sequence[int] = SELECT_S
             continue
         scores = {lr: _median([final_validation(r) for r in rs]) for lr, rs in sorted(by_lr.items())}
         best = min(scores, key=lambda lr: (scores[lr], lr))
-        rates = sorted(scores)
-        out.append(Selection(v, n, best, scores, tuple(seeds), len(rates) > 1 and best in (rates[0], rates[-1])))
+        tried = sorted(scores)  # the grid's rates and any extension at this cell
+        out.append(Selection(v, n, best, scores, tuple(seeds), len(tried) > 1 and best in (tried[0], tried[-1])))
     return out
 
 
@@ -202,24 +202,33 @@ def design_findings(design_runs: Sequence[Mapping[str, Any]]) -> list[dict[str, 
 
 # ------------------------------------------------------------------------------------ command
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m heavytail select-lr GRID_DIR``: apply the selection rule to stage 1's finished runs and write
-    stage 2's grid file (``--output``, default params/grid_gap_converged.yaml)."""
+    """``python -m heavytail select-lr [GRID_DIR]``: apply the selection rule to stage 1's finished runs and write
+    stage 2's grid file (``--output``, default params/grid_gap_converged.yaml). The runs are the shipped selection
+    map's, with GRID_DIR's finished runs added (a grid resumed in a fresh folder holds only what it ran)."""
     from heavytail import cli
     from heavytail.harness.artifacts import repo_root
     from heavytail.io import atomic_write_text
+    from heavytail.pipeline.grid_file import GridSpec
+    from heavytail.studies import reference_maps
     from heavytail.studies.kernel_gap import collect
 
     parser = argparse.ArgumentParser(prog="python -m heavytail select-lr", description=main.__doc__.splitlines()[0])
-    parser.add_argument("grid_dir", help="stage 1's grid folder, e.g. outputs/grid-gap-converged-select")
+    parser.add_argument("grid_dir", nargs="?", default=None,
+                        help="stage 1's grid folder, e.g. outputs/grid-gap-converged-select (default: the shipped map only)")
     parser.add_argument("--output", default=None, help=f"grid file to write (default: {DECIDE_GRID})")
     args = parser.parse_args(argv)
     try:
-        if not (Path(args.grid_dir) / "grid.json").is_file():
-            raise ValueError(f"{args.grid_dir} holds no grid.json; run python -m heavytail grid {SELECT_GRID} first")
-        selections = select_lr(collect(args.grid_dir))
+        shipped = reference_maps.load("gap-converged-select")
+        runs = list(shipped["runs"]) if shipped else []
+        if args.grid_dir is not None:
+            if not (Path(args.grid_dir) / "grid.json").is_file():
+                raise ValueError(f"{args.grid_dir} holds no grid.json; run python -m heavytail grid {SELECT_GRID} first")
+            names = GridSpec.from_yaml(repo_root() / SELECT_GRID).names
+            runs, _ = reference_maps.merged_runs(collect(args.grid_dir), runs, names)
+        selections = select_lr(runs)
         if not selections:
-            raise ValueError(f"{args.grid_dir}: no variant and N has finished runs at every rate on seeds "
-                             f"{list(SELECT_SEEDS)} yet")
+            raise ValueError(f"{args.grid_dir or 'the shipped selection map'}: no variant and N has finished runs at "
+                             f"every rate on seeds {list(SELECT_SEEDS)} yet")
         template = cli.read_yaml(repo_root() / SELECT_GRID)
     except cli.BAD_INPUT as err:
         return cli.bad_input("select-lr", err)
@@ -233,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         header += (f"#   {variant_name(s.variant)}, N = {s.n_points}: " + ", ".join(
             f"{lr:g}: {score:.4g}" for lr, score in s.scores.items()) + f" -> {s.lr:g}"
             + (" (AT AN EDGE: extend the rates before deciding; left out)" if s.edge else "") + "\n")
+    header += ("# A variant and N not listed has not finished its selection runs; select-lr adds it once they have\n"
+               "# (the cells already here keep their folder names).\n")
     atomic_write_text(out, header + yaml.safe_dump(decision_grid(selections, template), sort_keys=False))
     edges = [s for s in selections if s.edge]
     print(f"wrote {out}: {len(selections) - len(edges)} cells" + (f", {len(edges)} at an edge left out" if edges else ""))

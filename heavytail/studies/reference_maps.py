@@ -40,7 +40,14 @@ class MapSpec:
     grid: str
     title: str
     about: str
+    # The trace series shipped with each run (None: all). A map whose readers draw only some keeps the file small
+    # enough to review and to hold more runs.
+    trace_keys: tuple[str, ...] | None = None
 
+
+# What the converged-gap notebook draws from a run's trace (its validation curve), with the training loss and the
+# collapsed share for anyone who looks; the per-block precursors stay in the run folders.
+_CONVERGED_TRACE = ("step", "loss", "grad_norm", "collapsed_fraction", "val_step", "val_log_energy")
 
 MAPS = {
     "gap-design": MapSpec("kernel_gap_design.json", "params/grid_gap_design.yaml", "one-trial-per-step map",
@@ -53,9 +60,11 @@ MAPS = {
                           "kernel gap vs N at 4096 points per step (trials per step traded for N), 3 seeds"),
     "gap-converged-select": MapSpec("kernel_gap_converged_select.json", "params/grid_gap_converged_select.yaml",
                                     "converged-gap selection runs",
-                                    "every variant, N and lr to convergence (cap 3,000 steps), seeds 0-2"),
+                                    "every variant, N and lr to convergence (cap 3,000 steps), seeds 0-2",
+                                    _CONVERGED_TRACE),
     "gap-converged": MapSpec("kernel_gap_converged.json", "params/grid_gap_converged.yaml", "converged-gap map",
-                             "every variant at its chosen lr to convergence (cap 3,000 steps), seeds 3-10"),
+                             "every variant at its chosen lr to convergence (cap 3,000 steps), seeds 3-10",
+                             _CONVERGED_TRACE),
     "ladder": MapSpec("collapse_ladder.json", "params/grid_collapse_ladder.yaml", "collapse ladder",
                       "softmax and log-ELU from the CPU recipe to Table 3's model and precision, 6,000 steps"),
     "subnormal-ab": MapSpec("subnormal_ab.json", "params/grid_subnormal_ab.yaml", "subnormal A/B",
@@ -236,6 +245,12 @@ def merged_runs(fresh: Sequence[dict[str, Any]], shipped: Sequence[dict[str, Any
     return runs, len(kept)
 
 
+def with_trace_keys(run: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """``run`` with only the trace series in ``keys`` (the same run when it holds no others)."""
+    trace = run.get("trace") or {}
+    return {**run, "trace": {k: v for k, v in trace.items() if k in keys}} if set(trace) - set(keys) else run
+
+
 def pending(name: str, root: Path | None = None) -> list[str]:
     """The configurations of map ``name``'s grid file that its shipped map does not hold, in the grid's order."""
     from heavytail.pipeline.grid_file import GridSpec
@@ -270,6 +285,8 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
     if not runs:
         raise ValueError(f"{grid_dir} holds no finished configuration yet")
     runs, kept = merged_runs(runs, _shipped_runs(out), [c.get("name") for c in record["configurations"]])
+    if name in MAPS and MAPS[name].trace_keys is not None:
+        runs = [with_trace_keys(r, MAPS[name].trace_keys) for r in runs]
     commits = check_shippable([p for r in runs for p in run_provenance(r)], allow_dirty=allow_dirty,
                               allow_mixed=allow_mixed)
     total = len(record["configurations"])
