@@ -122,12 +122,20 @@ def test_a_grid_resumed_in_a_fresh_folder_ships_with_the_runs_shipped_before(tmp
     assert shipped["provenance"]["complete"] and shipped["provenance"]["kept_from_earlier_ship"] == 2
 
 
-def test_pending_lists_the_grid_configurations_the_shipped_map_lacks(capsys):
+def test_unshipped_runs_only_the_configurations_the_shipped_map_lacks(tmp_path, capsys, monkeypatch):
+    from heavytail.pipeline import grid as G
+
     spec = GridSpec.from_yaml(PARAMS / "grid_collapse_ladder.yaml")
     held = {r["name"] for r in R.load("ladder")["runs"]}
-    assert main(["ship-map", "ladder", "--pending"]) == 0
-    listed = capsys.readouterr().out.split()
-    assert listed == [n for n in spec.names if n not in held] and len(listed) == len(spec.names) - len(held)
+    assert held and G.unshipped(spec) == [n for n in spec.names if n not in held]
+    assert G.unshipped(spec, ["*seed5-*"]) == [n for n in spec.names if "seed5-" in n]
+    ran = {}
+    monkeypatch.setattr(G, "run_grid", lambda grid, **kw: ran.setdefault("only", kw["only"]) and 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # what the command would run, caught before anything runs
+        G.main([str(PARAMS / "grid_collapse_ladder.yaml"), "--unshipped", "--output-root", str(tmp_path)])
+    assert ran["only"] == G.unshipped(spec)
+    assert main(["grid", str(PARAMS / "grid_smoke.yaml"), "--unshipped", "--list", "--output-root", str(tmp_path)]) == 2
+    assert "not the grid file of a shipped map" in _one_line(capsys, "grid")
 
 
 @pytest.mark.parametrize("damage, says", [

@@ -166,6 +166,21 @@ def test_params_files_parse_and_match_notebook_parameters(name):
         assert (ROOT / file).is_file()
 
 
+@pytest.mark.parametrize("name", ["cpu.yaml", "smoke.yaml", "paper.yaml"])
+def test_a_params_section_sets_only_what_differs_from_the_notebook(name):
+    """One layer of defaults: the notebook's parameters cell holds them, a params file only its differences."""
+    from heavytail.pipeline.notebook import defaults_of
+
+    def same(a, b):
+        return [*a] == [*b] if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) else a == b
+
+    params = ReportParams.from_yaml(ROOT / "params" / name)
+    repeated = {stem: [k for k, v in section.items() if k in defaults_of(ROOT / "notebooks" / f"{stem}.py")
+                       and same(v, defaults_of(ROOT / "notebooks" / f"{stem}.py")[k])]
+                for stem, section in params.notebooks.items()}
+    assert not {s: ks for s, ks in repeated.items() if ks}, "a params section repeats the notebook's defaults"
+
+
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_notebook_sources_have_kernelspec_and_one_parameters_cell(name):
     nb = jupytext.read(ROOT / "notebooks" / f"{name}.py")

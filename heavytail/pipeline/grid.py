@@ -204,6 +204,26 @@ def _check_run_folders(spec: GridSpec, jobs: Sequence[ConfigurationJob]) -> None
                      f"run or changed: rerun with the settings it was run with (--set {sets}) or another output root")
 
 
+def unshipped(spec: GridSpec, patterns: Sequence[str] | None = None) -> list[str]:
+    """The configurations of ``spec`` (matching ``patterns``, when given) that the shipped map of its grid file
+    does not hold: what a later session runs to resume a grid whose folder is gone (shipping the new folder keeps
+    the runs already shipped)."""
+    from heavytail.studies import reference_maps
+
+    name = reference_maps.map_of_grid(spec.source or "")
+    if name is None:
+        raise ValueError(f"--unshipped: {spec.source} is not the grid file of a shipped map; the maps' grid files: "
+                         + ", ".join(m.grid for m in reference_maps.MAPS.values()))
+    shipped = reference_maps.load(name)
+    held = {r["name"] for r in shipped["runs"]} if shipped else set()
+    names = [n for n in spec.names if n not in held
+             and (not patterns or any(fnmatch.fnmatchcase(n, pat) for pat in patterns))]
+    if not names:
+        raise ValueError(f"--unshipped: map {name!r} already holds every configuration of grid {spec.name!r}"
+                         + (f" matching --only {list(patterns)}" if patterns else ""))
+    return names
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m heavytail grid",
@@ -220,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "slurm: slurm.cpus_per_task)")
     cli.add_output(parser, "folder holding <grid>/ (default: <repo>/outputs)", "--output-root")
     cli.add_only(parser, "configurations")
+    parser.add_argument("--unshipped", action="store_true",
+                        help="run only the configurations the grid's shipped map (outputs/reference/) does not hold "
+                             "(with --only: those of them that match)")
     cli.add_set(parser, "configuration keys of every configuration (as if set in the file's base)")
     cli.add_quiet(parser)
     parser.add_argument("--no-wait", action="store_true",
@@ -246,8 +269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         grid = with_base(GridSpec.from_yaml(args.grid), cli.parse_sets(args.set)) if args.set else args.grid
+        only = unshipped(GridSpec.load(grid), args.only) if args.unshipped else args.only
         report = run_grid(grid, executor=args.executor, workers=args.workers, output_root=args.output,
-                          only=args.only, threads=args.threads, wait=not args.no_wait, dry_run=args.dry_run)
+                          only=only, threads=args.threads, wait=not args.no_wait, dry_run=args.dry_run)
     except cli.BAD_INPUT as err:
         return cli.bad_input("grid", err)
     except KeyboardInterrupt:

@@ -86,6 +86,13 @@ def parameters_of(source: Path) -> tuple[str, ...]:
     return tuple(_inspect(source))
 
 
+def defaults_of(source: Path) -> dict[str, Any]:
+    """The literal default of each name in the notebook's ``parameters`` cell (names whose default is not a
+    literal are left out)."""
+    values = {name: _default_value(p.get("default", "")) for name, p in _inspect(source).items()}
+    return {name: v for name, v in values.items() if v is not _UNKNOWN}
+
+
 _UNKNOWN = object()
 # Arithmetic of literals (``2**20``, ``-1e-3``) is a default's value too.
 _ARITHMETIC = (ast.Expression, ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.Tuple, ast.List)

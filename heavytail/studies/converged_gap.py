@@ -208,7 +208,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from heavytail import cli
     from heavytail.harness.artifacts import repo_root
     from heavytail.io import atomic_write_text
-    from heavytail.pipeline.grid_file import GridSpec
     from heavytail.studies import reference_maps
     from heavytail.studies.kernel_gap import collect
 
@@ -223,8 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.grid_dir is not None:
             if not (Path(args.grid_dir) / "grid.json").is_file():
                 raise ValueError(f"{args.grid_dir} holds no grid.json; run python -m heavytail grid {SELECT_GRID} first")
-            names = GridSpec.from_yaml(repo_root() / SELECT_GRID).names
-            runs, _ = reference_maps.merged_runs(collect(args.grid_dir), runs, names)
+            fresh = collect(args.grid_dir)
+            runs, _ = reference_maps.merged_runs(fresh, runs, [r["name"] for r in [*runs, *fresh]])
         selections = select_lr(runs)
         if not selections:
             raise ValueError(f"{args.grid_dir or 'the shipped selection map'}: no variant and N has finished runs at "

@@ -6,7 +6,7 @@ the runs' own (:mod:`heavytail.harness.provenance`, recorded at training time): 
 dirty tree or from several commits unless told otherwise, and a grid shipped before it finished says so
 (``complete`` is false and ``finished`` counts what it holds), so a later session can resume the grid and
 ship again. ``python -m heavytail ship-map NAME GRID_DIR`` is the command. A session whose grid folder is gone
-resumes with ``python -m heavytail grid <grid file> --only $(python -m heavytail ship-map NAME --pending)`` in a
+resumes with ``python -m heavytail grid <grid file> --unshipped`` (only the configurations the map lacks) in a
 fresh folder; shipping that folder keeps the runs the map already holds (:func:`merged_runs`).
 
 A shipped map is results nobody can recompute cheaply, so shipping never loses one: a map is written only from the
@@ -236,7 +236,7 @@ def merged_runs(fresh: Sequence[dict[str, Any]], shipped: Sequence[dict[str, Any
     """The runs a map is shipped with, and how many of them come from the earlier ship: every finished run of the
     grid folder, plus each shipped run of the same grid (a name among ``names``, the grid's configurations) that
     the folder does not hold. A later session resumes a grid with ``--only`` its pending configurations
-    (``ship-map NAME --pending``) in a fresh folder, and shipping keeps what the earlier sessions finished; a run
+    (``grid FILE --unshipped``) in a fresh folder, and shipping keeps what the earlier sessions finished; a run
     in both is taken from the folder. Listed in the grid's order."""
     have = {r["name"] for r in fresh}
     order = {n: i for i, n in enumerate(names)}
@@ -251,14 +251,9 @@ def with_trace_keys(run: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
     return {**run, "trace": {k: v for k, v in trace.items() if k in keys}} if set(trace) - set(keys) else run
 
 
-def pending(name: str, root: Path | None = None) -> list[str]:
-    """The configurations of map ``name``'s grid file that its shipped map does not hold, in the grid's order."""
-    from heavytail.pipeline.grid_file import GridSpec
-
-    spec = GridSpec.from_yaml((root or repo_root()) / MAPS[name].grid)
-    shipped = load(name, root)
-    have = {r["name"] for r in shipped["runs"]} if shipped else set()
-    return [n for n in spec.names if n not in have]
+def map_of_grid(grid_file: str | Path) -> str | None:
+    """The name of the map whose grid file is ``grid_file`` (matched by file name), or None."""
+    return next((name for name, spec in MAPS.items() if Path(spec.grid).name == Path(grid_file).name), None)
 
 
 def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = False, allow_mixed: bool = False,
@@ -314,10 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Ship a grid's finished per-run summaries, with the runs' own provenance, as a reference map "
                     "under outputs/reference/ (a grid that has not finished ships as incomplete).")
     parser.add_argument("name", help="which map: " + "; ".join(f"{k}: {v.about}" for k, v in MAPS.items()))
-    parser.add_argument("grid_dir", nargs="?", help="the grid's output folder, e.g. outputs/grid-gap-design")
-    parser.add_argument("--pending", action="store_true",
-                        help="print the grid's configurations the shipped map does not hold, one per line, and exit "
-                             "(resume with: python -m heavytail grid <grid file> --only $(... --pending))")
+    parser.add_argument("grid_dir", help="the grid's output folder, e.g. outputs/grid-gap-design")
     parser.add_argument("--output", default=None, help="write here instead of outputs/reference/<file>")
     parser.add_argument("--allow-dirty", action="store_true", help="accept runs trained from a dirty tree")
     parser.add_argument("--allow-mixed", action="store_true",
@@ -328,11 +320,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.name not in MAPS:
             raise ValueError(f"unknown map {args.name!r}; the shipped maps are: {', '.join(MAPS)}")
-        if args.pending:
-            print("\n".join(pending(args.name)))
-            return 0
-        if args.grid_dir is None:
-            raise ValueError("give the grid's output folder (or --pending)")
         path = ship(args.name, args.grid_dir, output=args.output, allow_dirty=args.allow_dirty,
                     allow_mixed=args.allow_mixed, force=args.force,
                     command=portable_command("python -m heavytail ship-map "
