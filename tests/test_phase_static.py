@@ -26,6 +26,13 @@ def test_the_allocation_follows_the_widest_cell_of_each_tail_index():
     assert S.joint_z(4) * 0.08 / math.sqrt(reps[1.0] / 16) <= 0.1
 
 
+
+def test_an_earlier_reference_with_reps_per_tail_index_sizes_each_from_its_own_count():
+    rows = [{"a": 1.0, "sd": 0.05}, {"a": 2.0, "sd": 0.05}]  # equal sds, but a = 2 had 4x the reps
+    reps = S.allocate(rows, {1.0: 100, 2.0: 400}, least=1, most=10**6)
+    assert reps[2.0] == math.ceil(1.1 * S.reps_needed(0.05, 400, 2, 0.1))
+    assert 3.9 < reps[2.0] / reps[1.0] < 4.1
+
 def _row(kernel, a, measured, half, cells):
     return {"kernel": kernel, "a": a, "measured": measured, "joint_low": measured - half,
             "joint_high": measured + half, "joint_level": 1 - 0.05 / cells}

@@ -70,16 +70,19 @@ def reps_needed(sd: float, reps: int, cells: int, half_width: float = TARGET_HAL
     return math.ceil(reps * (joint_z(cells) * sd / half_width) ** 2)
 
 
-def allocate(pilot_rows: Sequence[Mapping[str, Any]], pilot_reps: int, half_width: float = 0.1, safety: float = 1.1,
-             least: int = 64, most: int = 800) -> dict[float, int]:
+def allocate(pilot_rows: Sequence[Mapping[str, Any]], pilot_reps: int | Mapping[float, int], half_width: float = 0.1,
+             safety: float = 1.1, least: int = 64, most: int = 800) -> dict[float, int]:
     """Repetitions per tail index from a pilot: every kernel at a tail index shares its draws, so a tail index
     gets what its widest cell needs for a Bonferroni half-width ``half_width`` (:func:`reps_needed`, times
-    ``safety`` for the pilot's own error in the sd), clipped to [least, most]: ``most`` is what the budget of
-    about an hour of one core allows where a cell (softmax near its crossover) would need thousands."""
+    ``safety`` for the pilot's own error in the sd), clipped to [least, most]: ``most`` is what the budget
+    allows where a cell (softmax near its crossover) would need thousands. ``pilot_reps``: the pilot's count,
+    one for all or one per tail index (an earlier reference serves as the pilot of a larger one: its sds are
+    the better estimates)."""
     cells = len(pilot_rows)
     out: dict[float, int] = {}
     for r in pilot_rows:
-        need = math.ceil(safety * reps_needed(r["sd"], pilot_reps, cells, half_width))
+        had = pilot_reps if isinstance(pilot_reps, int) else pilot_reps[float(r["a"])]
+        need = math.ceil(safety * reps_needed(r["sd"], had, cells, half_width))
         out[float(r["a"])] = max(out.get(float(r["a"]), least), min(most, need))
     return out
 
@@ -177,8 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         p = load_json(args.pilot)
         pilot = {"file": args.pilot, "reps": p["design"]["reps"], "commit": p["provenance"].get("commit"),
                  "sd": {f"{r['kernel']} a={r['a']:g}": r["sd"] for r in p["rows"]}}
-        reps = allocate(p["rows"], int(next(iter(p["design"]["reps"].values())) if isinstance(
-            p["design"]["reps"], dict) else p["design"]["reps"]), most=args.most)
+        had = p["design"]["reps"]
+        reps = allocate(p["rows"], {float(a): int(n) for a, n in had.items()} if isinstance(had, dict) else int(had),
+                        most=args.most)
     else:
         reps = args.reps
     out = compute(reps, tuple(args.tail_indices or TAIL_INDICES), n_boot=args.n_boot,
