@@ -135,3 +135,27 @@ def test_what_notebooks_import_needs_no_papermill_submitit_or_jupyter():
 def test_repo_root_outside_the_repository_falls_back_to_the_package_checkout(tmp_path):
     # papermill may run a kernel anywhere; the fallback must be the checkout holding the package, not a subfolder
     assert repo_root(tmp_path) == ROOT
+
+
+def _aliased_heavytail_modules(source: str) -> list[str]:
+    """``module as alias`` for each heavytail module ``source`` imports under another name."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [f"{a.name} as {a.asname}" for a in node.names if a.name.split(".")[0] == "heavytail" and a.asname]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "heavytail":
+            found += [f"{node.module}.{a.name} as {a.asname}" for a in node.names if a.asname
+                      and (PACKAGE.parent / (f"{node.module}.{a.name}".replace(".", "/") + ".py")).is_file()]
+    return found
+
+
+def test_notebooks_import_heavytail_modules_by_their_own_names():
+    # one-letter aliases meant P was summary_plots in one notebook and phase_diagram in another
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+    assert len(notebooks) >= 9
+    aliased = {nb.name: found for nb in notebooks if (found := _aliased_heavytail_modules(nb.read_text()))}
+    assert not aliased, f"notebooks import heavytail modules under aliases: {aliased}"
+    # and the check can fail, for either import form, while a function imported under an alias is not a module
+    assert _aliased_heavytail_modules("from heavytail.studies import claims as C\nimport heavytail.names as N\n"
+                                      "from heavytail.science.metrics import hill_k as k\n") == \
+        ["heavytail.studies.claims as C", "heavytail.names as N"]
