@@ -159,3 +159,23 @@ def test_notebooks_import_heavytail_modules_by_their_own_names():
     assert _aliased_heavytail_modules("from heavytail.studies import claims as C\nimport heavytail.names as N\n"
                                       "from heavytail.science.metrics import hill_k as k\n") == \
         ["heavytail.studies.claims as C", "heavytail.names as N"]
+
+
+def _runs_git(source: str) -> bool:
+    """Whether ``source`` names the git executable as a command (``["git", ...]`` or ``"git rev-parse ..."``)."""
+    return any(isinstance(node, ast.Constant) and isinstance(node.value, str)
+               and (node.value == "git" or node.value.startswith(("git rev-parse", "git status", "git describe")))
+               for node in ast.walk(ast.parse(source)))
+
+
+def test_commit_and_dirty_tree_are_read_only_by_the_provenance_module():
+    # heavytail.harness.provenance.code_state is the one reader of the commit and the dirty tree: training,
+    # the landing page, the benchmarks and gpu_check call it instead of running git themselves
+    owner = PACKAGE / "harness" / "provenance.py"
+    sources = [p for folder in ("heavytail", "benchmarks", "notebooks") for p in (ROOT / folder).rglob("*.py")]
+    assert owner in sources and _runs_git(owner.read_text())
+    others = sorted(str(p.relative_to(ROOT)) for p in sources if p != owner and _runs_git(p.read_text()))
+    assert not others, f"run git themselves instead of heavytail.harness.provenance.code_state: {others}"
+    # and the probe can fail on either form
+    assert _runs_git('subprocess.run(["git", "rev-parse", "HEAD"])') and _runs_git('os.popen("git status --porcelain")')
+    assert not _runs_git('"earlier records are in git history"')
