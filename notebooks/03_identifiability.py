@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from IPython.display import Markdown, display
 
-from heavytail.studies import identifiability as idf
+from heavytail.studies import identifiability
 from heavytail.science.distributions import A_MIN, MirroredPareto, Pareto, ShiftedGaussian
 from heavytail.science.metrics import energy_distance
 from heavytail.science.operators import LOCATION, Benchmark
@@ -92,7 +92,7 @@ display(Markdown(f"Both families are centered at {LAMBDA:g}; ten units out, the 
 n_big = max(budgets)
 zc = MirroredPareto(LAMBDA, torch.tensor([A_MIN, 2.0], dtype=torch.float64)).sample((n_trials, n_big, 2), generator=gen, dtype=torch.float64)
 err_mean = (zc.mean(dim=1) - LAMBDA).abs().median(dim=0).values
-err_median = (idf.center(zc) - LAMBDA).abs().median(dim=0).values
+err_median = (identifiability.center(zc) - LAMBDA).abs().median(dim=0).values
 center_rows = [{"tail_index": a, "N": n_big, "median_abs_error_mean": float(em), "median_abs_error_median": float(ed)}
                for a, em, ed in zip((A_MIN, 2.0), err_mean, err_median)]
 _ = art.save_table("center_mean_vs_median.csv", center_rows)
@@ -111,14 +111,14 @@ for r in center_rows:
 
 # %%
 # The same instances at every N, so the curves show the estimators converging rather than instance-to-instance spread.
-case_trials = {case: Benchmark(*case).sample_trials(n_trials, generator=gen) for case in idf.RECOVERY_CASES}
+case_trials = {case: Benchmark(*case).sample_trials(n_trials, generator=gen) for case in identifiability.RECOVERY_CASES}
 
 
-recovery_runs = {n: idf.recovery_errors(case_trials, n, n_edge, gen) for n in budgets}
+recovery_runs = {n: identifiability.recovery_errors(case_trials, n, n_edge, gen) for n in budgets}
 errors = {n: r.errors for n, r in recovery_runs.items()}
 c_y = {(n, fam): cy for n, r in recovery_runs.items() for fam, cy in r.c_y.items()}
 cases = list(errors[budgets[0]])
-recovery = idf.recovery_findings(errors)  # quantile(0.5) medians per (case, N), log-log slopes, falling cases
+recovery = identifiability.recovery_findings(errors)  # quantile(0.5) medians per (case, N), log-log slopes, falling cases
 rec_rows, slopes = recovery.rows, recovery.slopes
 _ = art.save_table("recovery_errors.csv", rec_rows)
 
@@ -143,7 +143,7 @@ display(Markdown("The median relative error (bars: interquartile range over inst
 # ## The Gaussian counterexample (Prop. 6, eq. 29)
 
 # %%
-p6 = idf.prop6_instances(prop6_b, prop6_sigma, prop6_h)
+p6 = identifiability.prop6_instances(prop6_b, prop6_sigma, prop6_h)
 print("H =", p6.H.numpy().round(4).tolist())
 print("B' = B H^-1 =", p6.b_prime.numpy().round(4).tolist(), "with eq. (24) parameters",
       {k: round(v, 4) for k, v in p6.omega_T_prime.items()})
@@ -189,16 +189,16 @@ display(Markdown(f"Each dot is one energy distance at N = {prop6_n}: the two ins
 # %%
 rows_at = {(r["case"], r["N"]): r for r in rec_rows}
 # Where eq. (27) is ill-conditioned: split the sheared-swap instances at the largest N by c_y.
-splits = {fam: idf.conditioning_split(errors[budgets[-1]][f"sheared_swap / {fam}"], c_y[budgets[-1], fam], LAMBDA)
+splits = {fam: identifiability.conditioning_split(errors[budgets[-1]][f"sheared_swap / {fam}"], c_y[budgets[-1], fam], LAMBDA)
           for fam in ("mirrored_pareto", "gaussian")}
 splits = {fam: s for fam, s in splits.items() if s is not None}
 cond_lines = [f"{fam}: median error {s.median_near:.3g} for the {s.n_near} instances with "
-              f"|c_y| < {idf.NEAR_EDGE:g} vs {s.median_far:.3g} for the other {s.n_far}" for fam, s in splits.items()]
+              f"|c_y| < {identifiability.NEAR_EDGE:g} vs {s.median_far:.3g} for the other {s.n_far}" for fam, s in splits.items()]
 if not cond_lines:
-    cond_text = f"no instance fell within {idf.NEAR_EDGE:g} of the shear edge in this run."
+    cond_text = f"no instance fell within {identifiability.NEAR_EDGE:g} of the shear edge in this run."
 else:
     verdict = ("instances near the shear edge carry most of the error, as eq. (27)'s division by c_y predicts"
-               if idf.edge_dominates(splits.values()) else "eq. (27)'s division by c_y explains only part of the error: "
+               if identifiability.edge_dominates(splits.values()) else "eq. (27)'s division by c_y explains only part of the error: "
                "the center itself is noisier for the wider laws (the Gaussian's std reaches 3)")
     cond_text = "; ".join(cond_lines) + f" — {verdict}."
 lines = [f"  - {c}: median relative error {rows_at[c, budgets[0]]['median_rel_error']:.3g} at N = {budgets[0]} → "

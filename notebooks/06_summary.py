@@ -42,12 +42,12 @@ from pathlib import Path
 from IPython.display import Markdown, display
 
 from heavytail.harness.artifacts import artifacts, repo_root
-from heavytail.studies import claims as C
+from heavytail.studies import claims
 from heavytail.studies import kernel_gap_claims
-from heavytail.studies import reference_maps as R
-from heavytail.studies import ablation_claims as AC
-from heavytail.studies import summary as S
-from heavytail.studies import summary_plots as P
+from heavytail.studies import reference_maps
+from heavytail.studies import ablation_claims
+from heavytail.studies import summary
+from heavytail.studies import summary_plots
 from heavytail.studies import tables
 
 root = repo_root()
@@ -70,15 +70,15 @@ def save(fig, name):
 # tests it on a GPU.
 
 # %%
-collected = S.collect_runs(grid_path) if grid_path.is_dir() else S.Collected(runs=())
-runs = S.filter_runs(collected.runs, **filters) if filters else list(collected.runs)
+collected = summary.collect_runs(grid_path) if grid_path.is_dir() else summary.Collected(runs=())
+runs = summary.filter_runs(collected.runs, **filters) if filters else list(collected.runs)
 print(f"grid folder: {grid_path}")
 print(f"evaluated runs found: {len(runs)}" + (f" (after filters {filters})" if filters else ""))
 if not grid_path.is_dir():
     print("The grid folder does not exist: run the grid first (python -m heavytail grid <grid.yaml>).")
 print(f"paper-scale grid file: {paper_grid_file}"
       + ("" if (root / paper_grid_file).is_file() else " (not present in this checkout)"))
-tables.show(S.scale_table(runs), art, "scale")
+tables.show(summary.scale_table(runs), art, "scale")
 timed = sorted(r.log[-1]["seconds"] / r.log[-1]["step"] for r in runs
                if r.log and r.log[-1].get("seconds") and r.log[-1].get("step"))
 if timed:
@@ -86,17 +86,17 @@ if timed:
           f"range {timed[0]:.3f}-{timed[-1]:.3f} s)")
 
 # %%
-record = S.grid_status(grid_path) if grid_path.is_dir() else None
+record = summary.grid_status(grid_path) if grid_path.is_dir() else None
 if record is None:
     print("No grid.json in the grid folder: the runs were not produced by the grid runner, "
           "so there is no list of configurations that failed or did not run.")
 else:
-    tables.show(S.grid_status_table(record), art, "grid_status")
+    tables.show(summary.grid_status_table(record), art, "grid_status")
 if collected.skipped:
     tables.show({"title": "Run folders not used", "columns": ["run", "reason"], "rows": list(collected.skipped),
                  "notes": ""}, art, "skipped_runs")
 if runs:
-    tables.show(S.runs_table(runs), art, "runs")
+    tables.show(summary.runs_table(runs), art, "runs")
 
 # %% [markdown]
 # ## Seeds, and what "collapse", "lower" and "similar" mean here
@@ -107,10 +107,10 @@ if runs:
 # App. H.2). The definitions used by the findings are printed from the code that applies them:
 
 # %%
-aggs = S.aggregate(runs)
+aggs = summary.aggregate(runs)
 n_multi = sum(a["n_seeds"] > 1 for a in aggs)
 print(f"{len(aggs)} configurations; {n_multi} with more than one seed")
-for word, meaning in AC.DEFINITIONS.items():
+for word, meaning in ablation_claims.DEFINITIONS.items():
     display(Markdown(f"- **{word}**: {meaning}"))
 
 # %% [markdown]
@@ -123,8 +123,8 @@ for word, meaning in AC.DEFINITIONS.items():
 
 # %%
 for benchmark, number in (("sheared_swap", 5), ("matrix_inverse", 6)):
-    for stat in S.STATISTICS:
-        tables.show(S.ratio_table(aggs, benchmark, stat), art, f"table{number}_{stat}")
+    for stat in summary.STATISTICS:
+        tables.show(summary.ratio_table(aggs, benchmark, stat), art, f"table{number}_{stat}")
 
 # %% [markdown]
 # The same ratios next to the paper's Table 5 and 6 values (at the paper's scale, "What ran at this scale";
@@ -132,7 +132,7 @@ for benchmark, number in (("sheared_swap", 5), ("matrix_inverse", 6)):
 
 # %%
 if aggs:
-    tables.show(S.comparison_table(aggs, "median"), art, "paper_comparison_median")
+    tables.show(summary.comparison_table(aggs, "median"), art, "paper_comparison_median")
 else:
     print("No finished runs: nothing to compare.")
 
@@ -147,14 +147,14 @@ else:
 for norm, numbers in (("post", (2, 3)), ("pre", (8, 9))):
     present = [a for a in aggs if a["norm"] == norm]
     if not present:
-        display(Markdown(f"*No {S.NORM_LABELS[norm]} runs in this grid: Figures {numbers[0]} and {numbers[1]} "
+        display(Markdown(f"*No {summary.NORM_LABELS[norm]} runs in this grid: Figures {numbers[0]} and {numbers[1]} "
                          f"are not drawn.*"))
         continue
     for benchmark, number in zip(("sheared_swap", "matrix_inverse"), numbers):
         if not any(a["benchmark"] == benchmark for a in present):
-            display(Markdown(f"*No {S.NORM_LABELS[norm]} {S.BENCHMARK_LABELS[benchmark]} runs: Figure {number} not drawn.*"))
+            display(Markdown(f"*No {summary.NORM_LABELS[norm]} {summary.BENCHMARK_LABELS[benchmark]} runs: Figure {number} not drawn.*"))
             continue
-        save(P.energy_figure(aggs, benchmark, norm), AC.figure_name(benchmark, norm))
+        save(summary_plots.energy_figure(aggs, benchmark, norm), ablation_claims.figure_name(benchmark, norm))
 
 # %% [markdown]
 # ## Figures 10 and 11: per-trial energy distances against the floor
@@ -165,9 +165,9 @@ for norm, numbers in (("post", (2, 3)), ("pre", (8, 9))):
 # %%
 for benchmark, number in (("sheared_swap", 10), ("matrix_inverse", 11)):
     if not any(a["benchmark"] == benchmark and a["marginals"] == "mirrored_pareto" for a in aggs):
-        display(Markdown(f"*No {S.BENCHMARK_LABELS[benchmark]} runs on mirrored Pareto marginals: Figure {number} not drawn.*"))
+        display(Markdown(f"*No {summary.BENCHMARK_LABELS[benchmark]} runs on mirrored Pareto marginals: Figure {number} not drawn.*"))
         continue
-    save(P.ecdf_figure(aggs, benchmark), f"figure{number}_{benchmark}_ecdf")
+    save(summary_plots.ecdf_figure(aggs, benchmark), f"figure{number}_{benchmark}_ecdf")
 
 # %% [markdown]
 # ## Tables 7 and 8: Hill-based tail diagnostics (App. J)
@@ -179,7 +179,7 @@ for benchmark, number in (("sheared_swap", 10), ("matrix_inverse", 11)):
 # %%
 for benchmark, number in (("sheared_swap", 7), ("matrix_inverse", 8)):
     for axis in ("0", "1"):
-        tables.show(S.hill_table(aggs, benchmark, axis), art, f"table{number}_axis{axis}")
+        tables.show(summary.hill_table(aggs, benchmark, axis), art, f"table{number}_axis{axis}")
 
 # %% [markdown]
 # ## Hill error against the known tail index over thresholds (Section 5, future work)
@@ -192,9 +192,9 @@ for benchmark, number in (("sheared_swap", 7), ("matrix_inverse", 8)):
 # %%
 for benchmark in ("sheared_swap", "matrix_inverse"):
     if not any(a["benchmark"] == benchmark and a.get("hill_curve") for a in aggs):
-        display(Markdown(f"*No {S.BENCHMARK_LABELS[benchmark]} Hill curves (no mirrored Pareto runs).*"))
+        display(Markdown(f"*No {summary.BENCHMARK_LABELS[benchmark]} Hill curves (no mirrored Pareto runs).*"))
         continue
-    save(P.hill_curve_figure(aggs, benchmark), f"hill_curve_{benchmark}")
+    save(summary_plots.hill_curve_figure(aggs, benchmark), f"hill_curve_{benchmark}")
 
 # %% [markdown]
 # ## Findings of Sections 4.2 and 5 at this scale
@@ -205,20 +205,20 @@ for benchmark in ("sheared_swap", "matrix_inverse"):
 # first: they are decided on the shipped one-trial-per-step map, with eight seeds per cell.
 
 # %%
-found = C.decided_on(AC.findings(aggs), f"the ablation grid ({grid_path.name})")
+found = claims.decided_on(ablation_claims.findings(aggs), f"the ablation grid ({grid_path.name})")
 if gap_grid_dir is not None:
-    design = R.source("gap-design")
+    design = reference_maps.source("gap-design")
     if design.runs:
-        found = C.decided_on(kernel_gap_claims.findings(design.runs), design.label) + found
-tables.show(AC.findings_table(found), art, "findings")
+        found = claims.decided_on(kernel_gap_claims.findings(design.runs), design.label) + found
+tables.show(ablation_claims.findings_table(found), art, "findings")
 _ = art.save_table("claims.json", found)  # the landing page lists these (heavytail.pipeline.landing)
 
 # %% [markdown]
 # ## In plain words
 
 # %%
-counts = {v: sum(f["verdict"] == v for f in found) for v in C.VERDICTS}
-scale_rows = S.scale_table(runs)["rows"]
+counts = {v: sum(f["verdict"] == v for f in found) for v in claims.VERDICTS}
+scale_rows = summary.scale_table(runs)["rows"]
 scale = {r["setting"]: r["this grid"] for r in scale_rows}
 paper = {r["setting"]: r["paper (Table 3)"] for r in scale_rows}
 if not runs:
@@ -227,17 +227,17 @@ else:
     lines = [f"From {len(runs)} evaluated runs ({len(aggs)} configurations) at N = {scale['n_points']} training points, "
              f"{scale['steps']} steps and model width {scale['d_model']} "
              f"(the paper: N = {paper['n_points']}, {paper['steps']} steps, width {paper['d_model']}), "
-             f"of the paper's {len(found)} claims checked, {counts[C.REPRODUCED]} reproduced, "
-             f"{counts[C.NOT_REPRODUCED]} did not, {counts[C.UNDECIDED]} are undecided at this power (too few "
-             f"seeds to separate training runs), and {counts[C.NOT_RUN]} could not be checked because "
+             f"of the paper's {len(found)} claims checked, {counts[claims.REPRODUCED]} reproduced, "
+             f"{counts[claims.NOT_REPRODUCED]} did not, {counts[claims.UNDECIDED]} are undecided at this power (too few "
+             f"seeds to separate training runs), and {counts[claims.NOT_RUN]} could not be checked because "
              "configurations are missing."]
-lines += AC.findings_text(found)
-if counts[C.NOT_RUN] or counts[C.NOT_REPRODUCED] or counts[C.UNDECIDED]:
+lines += ablation_claims.findings_text(found)
+if counts[claims.NOT_RUN] or counts[claims.NOT_REPRODUCED] or counts[claims.UNDECIDED]:
     lines.append(f"Claims not run or not reproduced here are what the paper-scale grid ({paper_grid_file}) is for; "
                  "a result at a smaller scale neither confirms nor refutes the paper's.")
 display(Markdown("\n\n".join(lines)))
 
 # %%
-key_figure = next((name for name in (AC.figure_name("sheared_swap", "post"), AC.figure_name("matrix_inverse", "post"),
+key_figure = next((name for name in (ablation_claims.figure_name("sheared_swap", "post"), ablation_claims.figure_name("matrix_inverse", "post"),
                                      "figure10_sheared_swap_ecdf") if art.path(f"{name}.png").is_file()), None)
 art.conclude(lines[0], figure=key_figure)

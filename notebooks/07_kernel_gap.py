@@ -45,20 +45,20 @@ from IPython.display import Markdown, display
 
 from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.harness.config import RunConfig
-from heavytail.studies import claims as C
+from heavytail.studies import claims
 from heavytail.studies import converged_gap
 from heavytail.studies import converged_gap_plots
-from heavytail.studies import kernel_gap as G
-from heavytail.studies import kernel_gap_claims as K
-from heavytail.studies import kernel_gap_plots as KP
-from heavytail.studies import reference_maps as R
+from heavytail.studies import kernel_gap
+from heavytail.studies import kernel_gap_claims
+from heavytail.studies import kernel_gap_plots
+from heavytail.studies import reference_maps
 from heavytail.studies import subnormal_ab
 from heavytail.studies.tables import show
 
 root = repo_root()
 art = artifacts("07_kernel_gap", report=report, output_root=output_root)
-own = G.collect(root / grid_dir)
-sources = {name: R.source(name, root / local) for name, local in
+own = kernel_gap.collect(root / grid_dir)
+sources = {name: reference_maps.source(name, root / local) for name, local in
            (("gap-design", design_dir), ("gap-long", long_dir), ("gap-points", points_dir),
             ("gap-converged-select", converged_select_dir), ("gap-converged", converged_dir),
             ("subnormal-ab", subnormal_dir))}
@@ -76,8 +76,8 @@ for name, src in sources.items():
 
 # %%
 decided_on = design or own
-found = C.decided_on(K.findings(decided_on), sources["gap-design"].label if design else "this report's runs")
-show(C.claims_table(found, f"Kernel-gap claims ({sources['gap-design'].label if design else 'this report'})"),
+found = claims.decided_on(kernel_gap_claims.findings(decided_on), sources["gap-design"].label if design else "this report's runs")
+show(claims.claims_table(found, f"Kernel-gap claims ({sources['gap-design'].label if design else 'this report'})"),
      art, "findings")
 # The summary notebook (06) and the landing page list these claims.
 _ = art.save_table("kernel_gap_findings.json", found)
@@ -89,14 +89,14 @@ _ = art.save_table("kernel_gap_findings.json", found)
 # the earlier points-per-step map (three seeds per cell), at 80 % power; the map then ran eight everywhere.
 
 # %%
-power = K.power_from(points) if points else {}
+power = kernel_gap_claims.power_from(points) if points else {}
 for label, runs in (("one-trial-per-step map", design), ("this report", own), ("points-per-step map", points),
                     ("3,000-step grid", long_runs)):
-    print(f"{label}: {len(runs)} runs; {G.map_extent(runs)}")
+    print(f"{label}: {len(runs)} runs; {kernel_gap.map_extent(runs)}")
 if "growth_sd" in power:
     display(Markdown(
         f"**Power.** On the points-per-step map the softmax / log-ELU gap changed by "
-        f"x{C.fmt(2.718281828 ** power['growth_effect'])} per doubling of N with a per-seed spread of "
+        f"x{claims.fmt(2.718281828 ** power['growth_effect'])} per doubling of N with a per-seed spread of "
         f"{power['growth_sd']:.3f} (log scale, {power['growth_seeds']} seeds): the growth rule needs "
         f"{power['growth_needed']} seeds for 80 % power. The SDPA / exact ratio's per-seed spread was "
         f"{power['numerics_sd']:.3f}: {power['numerics_needed']} seeds find a 20 % difference with 80 % power, "
@@ -113,12 +113,12 @@ if "growth_sd" in power:
 # rule reads, per variant against log-ELU.
 
 # %%
-art.save_figure(KP.gap_figure(own, design, sources["gap-design"].label), "gap_vs_n")
-art.save_figure(KP.growth_figure(design or own), "growth_slopes")
-for at in G.AT:
-    show(K.growth_table(design or own, at), art, f"growth_{at}")
+art.save_figure(kernel_gap_plots.gap_figure(own, design, sources["gap-design"].label), "gap_vs_n")
+art.save_figure(kernel_gap_plots.growth_figure(design or own), "growth_slopes")
+for at in kernel_gap.AT:
+    show(kernel_gap_claims.growth_table(design or own, at), art, f"growth_{at}")
 grows = next(f for f in found if f["id"] == "gap-grows-with-n")
-display(Markdown(f"**What it shows:** {C.render(grows)}"))
+display(Markdown(f"**What it shows:** {claims.render(grows)}"))
 
 # %% [markdown]
 # ## The gap at convergence
@@ -138,20 +138,20 @@ if selections:
     show(converged_gap.selection_table(selections), art, "lr_selection")
     art.save_figure(converged_gap_plots.validation_figure(select_runs, selections), "converged_validation")
 converged_found = converged_gap.findings(converged_runs, design)
-show(C.claims_table(converged_found, "The gap at convergence, next to the design recipe's"), art, "findings_converged")
+show(claims.claims_table(converged_found, "The gap at convergence, next to the design recipe's"), art, "findings_converged")
 if converged_runs:
     recipes = {"design recipe": design, "converged, own lr": converged_runs}
 else:  # until the deciding seeds exist, the selection seeds at their chosen rates (they decide nothing)
     chosen = {(s.variant, s.n_points): s.lr for s in selections}
     recipes = {"design recipe": design, "selection seeds 0-2, chosen lr": [
-        r for r in select_runs if chosen.get((G.variant(r["config"]), r["config"]["n_points"])) == r["config"]["lr"]]}
+        r for r in select_runs if chosen.get((kernel_gap.variant(r["config"]), r["config"]["n_points"])) == r["config"]["lr"]]}
 art.save_figure(converged_gap_plots.recipes_figure(recipes), "converged_gap_vs_n")
 stops = [r.get("stop", {}).get("stop_reason") for r in [*select_runs, *converged_runs]]
 display(Markdown(
     f"Runs so far: {len(select_runs)} selection runs ({sources['gap-converged-select'].describe()}), "
     f"{len(converged_runs)} deciding runs ({sources['gap-converged'].describe()}); of these, "
     f"{stops.count('converged')} stopped by the rule and {stops.count('cap')} reached the 3,000-step cap.\n\n"
-    + "\n\n".join(f"- {C.render(f)}" for f in converged_found)))
+    + "\n\n".join(f"- {claims.render(f)}" for f in converged_found)))
 
 # %% [markdown]
 # ## Subnormal floats
@@ -164,11 +164,11 @@ display(Markdown(
 
 # %%
 ab_found = subnormal_ab.findings(sources["subnormal-ab"].runs)
-display(Markdown(sources["subnormal-ab"].describe() + "\n\n" + ("\n\n".join(f"- {C.render(f)}" for f in ab_found)
+display(Markdown(sources["subnormal-ab"].describe() + "\n\n" + ("\n\n".join(f"- {claims.render(f)}" for f in ab_found)
                                                              or "The A/B has not been shipped yet.")))
-decided = ([C.decided_on([f], sources["gap-design"].label if f["id"].startswith("design-")
+decided = ([claims.decided_on([f], sources["gap-design"].label if f["id"].startswith("design-")
                            else sources["gap-converged"].label)[0] for f in converged_found]
-           + C.decided_on(ab_found, sources["subnormal-ab"].label))
+           + claims.decided_on(ab_found, sources["subnormal-ab"].label))
 _ = art.save_table("claims.json", decided)  # the landing page lists these
 
 # %% [markdown]
@@ -178,9 +178,9 @@ _ = art.save_table("claims.json", decided)  # the landing page lists these
 # block-0 |S| met in training: only block 0 sees the raw heavy-tailed inputs.
 
 # %%
-art.save_figure(KP.numerics_figure(design or own, sources["gap-design"].label), "numerics_vs_n")
+art.save_figure(kernel_gap_plots.numerics_figure(design or own, sources["gap-design"].label), "numerics_vs_n")
 numerical = next(f for f in found if f["id"] == "gap-is-numerical")
-display(Markdown(f"**What it shows:** {C.render(numerical)}"))
+display(Markdown(f"**What it shows:** {claims.render(numerical)}"))
 
 # %% [markdown]
 # ## Collapse as a graded outcome
@@ -192,11 +192,11 @@ display(Markdown(f"**What it shows:** {C.render(numerical)}"))
 # learning rate and at the map's.
 
 # %%
-art.save_figure(KP.collapse_figure(design or own), "collapse_graded")
+art.save_figure(kernel_gap_plots.collapse_figure(design or own), "collapse_graded")
 if long_runs:
-    art.save_figure(KP.long_figure(long_runs), "collapse_long")
-    long_found = K.long_findings(long_runs)
-    display(Markdown("\n\n".join(f"- {C.render(f)}" for f in long_found)))
+    art.save_figure(kernel_gap_plots.long_figure(long_runs), "collapse_long")
+    long_found = kernel_gap_claims.long_findings(long_runs)
+    display(Markdown("\n\n".join(f"- {claims.render(f)}" for f in long_found)))
 else:
     display(Markdown("The 3,000-step grid has not been shipped yet (`python -m heavytail ship-map gap-long ...`)."))
 
@@ -208,8 +208,8 @@ else:
 
 # %%
 if points:
-    points_found = K.findings(points)
-    show(C.claims_table(points_found, "Kernel-gap claims on the points-per-step map"), art, "findings_points")
+    points_found = kernel_gap_claims.findings(points)
+    show(claims.claims_table(points_found, "Kernel-gap claims on the points-per-step map"), art, "findings_points")
 
 # %% [markdown]
 # ## Cross-check: this report's runs against the map
@@ -219,7 +219,7 @@ if points:
 
 # %%
 if own and design:
-    check = K.cross_check(own, design)
+    check = kernel_gap_claims.cross_check(own, design)
     show(check, art, "cross_check")
     verdict = {True: "agree with", False: "differ from", None: "could not be compared with"}[check["agree"]]
     display(Markdown(f"**This report's runs {verdict} the map's runs of the same configurations** "
@@ -231,12 +231,12 @@ if own and design:
 
 # %%
 paper = RunConfig()  # the defaults are Table 3
-words = [C.render(f) for f in found]
+words = [claims.render(f) for f in found]
 words.append(f"The paper's collapse appeared at N = {paper.n_points}, {paper.n_blocks} blocks of width "
              f"{paper.d_model}, after ~3,500 of {paper.steps} steps (App. I); these runs stop at "
-             f"{G.span(design or own, 'n_points')} points and {G.span(design or own, 'steps')} steps.")
+             f"{kernel_gap.span(design or own, 'n_points')} points and {kernel_gap.span(design or own, 'steps')} steps.")
 display(Markdown("\n\n".join(words)))
 art.conclude(f"Decided on {sources['gap-design'].label if design else 'this report'}: the kernel gap growing with N is "
-             f"{grows['verdict']} ({C.statistic_text(grows)}); softmax's gap being numerical is "
-             f"{numerical['verdict']} ({C.statistic_text(numerical)}); at {grows['scale']}.",
+             f"{grows['verdict']} ({claims.statistic_text(grows)}); softmax's gap being numerical is "
+             f"{numerical['verdict']} ({claims.statistic_text(numerical)}); at {grows['scale']}.",
              figure="gap_vs_n")

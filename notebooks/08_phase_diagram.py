@@ -40,14 +40,14 @@ from IPython.display import Markdown, display
 from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.names import KERNEL_ROWS, kernel_names
 from heavytail.science.kernels import get_kernel
-from heavytail.studies import claims as C
-from heavytail.studies import kernel_gap as G
-from heavytail.studies import moment_condition as M
-from heavytail.studies import phase_confirm as PC
-from heavytail.studies import phase_diagram as P
-from heavytail.studies import phase_plots as PP
-from heavytail.studies import phase_static as S
-from heavytail.studies import reference_maps as R
+from heavytail.studies import claims
+from heavytail.studies import kernel_gap
+from heavytail.studies import moment_condition
+from heavytail.studies import phase_confirm
+from heavytail.studies import phase_diagram
+from heavytail.studies import phase_plots
+from heavytail.studies import phase_static
+from heavytail.studies import reference_maps
 from heavytail.studies.tables import show
 
 root = repo_root()
@@ -65,12 +65,12 @@ print("kernels by growth order q:", ", ".join(f"{k} (q = {q:g})" for k, q in ker
 # about.
 
 # %%
-ns = [2**k for k in range(S.FIT_LOG2[0], n_max_log2 + 1, 2)]
+ns = [2**k for k in range(phase_static.FIT_LOG2[0], n_max_log2 + 1, 2)]
 log_gs = {k: get_kernel(k).log_g for k in kernels}
-norms = {a: M.output_growth(log_gs, a, ns, reps=reps, seed=seed + i) for i, a in enumerate(tail_indices)}
-static_rows = [dict(r, n_max=max(ns), reps=reps) for r in M.exponent_table(kernels, tail_indices, norms, ns)]
-static_ref = R.load_computed("phase-static", root)
-fixed = R.load_computed("phase-fixed-weight", root)
+norms = {a: moment_condition.output_growth(log_gs, a, ns, reps=reps, seed=seed + i) for i, a in enumerate(tail_indices)}
+static_rows = [dict(r, n_max=max(ns), reps=reps) for r in moment_condition.exponent_table(kernels, tail_indices, norms, ns)]
+static_ref = reference_maps.load_computed("phase-static", root)
+fixed = reference_maps.load_computed("phase-fixed-weight", root)
 ref_rows = static_ref["rows"] if static_ref else []
 if static_ref:
     prov = static_ref["provenance"]
@@ -79,15 +79,15 @@ if static_ref:
           f"{prov['torch']}, {prov['seconds'] / 60:.0f} min, by `{prov['command']}`")
 else:
     print("static reference: not shipped; the static claim is read on this report's small run")
-phase = R.source("phase", root / phase_dir)
+phase = reference_maps.source("phase", root / phase_dir)
 print(phase.describe())
 # the static claim is decided from the shipped static reference (or, without it, this notebook's own static run);
 # the others by the trained map
-found = P.findings(phase.runs, ref_rows or static_rows)
+found = phase_diagram.findings(phase.runs, ref_rows or static_rows)
 static = [f for f in found if f["id"] == "static-exponent-matches"]
-found = (C.decided_on([f for f in found if f not in static], phase.label)
-         + C.decided_on(static, "the shipped static reference" if ref_rows else "this notebook's static test"))
-show(C.claims_table(found, "Phase-diagram claims"), art, "findings")
+found = (claims.decided_on([f for f in found if f not in static], phase.label)
+         + claims.decided_on(static, "the shipped static reference" if ref_rows else "this notebook's static test"))
+show(claims.claims_table(found, "Phase-diagram claims"), art, "findings")
 _ = art.save_table("claims.json", found)
 
 # %% [markdown]
@@ -107,7 +107,7 @@ _ = art.save_table("claims.json", found)
 # %%
 print("predicted exponent beta(q, a):")
 for q_name, q in kernels.items():
-    print(f"  {q_name:>12} (q = {q:g}): " + ", ".join(f"a = {a:g}: {M.predicted_exponent(q, a):.3f}"
+    print(f"  {q_name:>12} (q = {q:g}): " + ", ".join(f"a = {a:g}: {moment_condition.predicted_exponent(q, a):.3f}"
                                                    for a in tail_indices))
 
 # %% [markdown]
@@ -119,8 +119,8 @@ for q_name, q in kernels.items():
 # the repetitions.
 
 # %%
-art.save_figure(PP.static_figure(static_rows, ns, norms), "static_exponents")
-show(M.static_table(static_rows, max(ns), reps), art, "static_exponents")
+art.save_figure(phase_plots.static_figure(static_rows, ns, norms), "static_exponents")
+show(moment_condition.static_table(static_rows, max(ns), reps), art, "static_exponents")
 miss = [r for r in static_rows if not r["holds"]]
 display(Markdown(
     f"**What it shows:** {len(static_rows) - len(miss)} of {len(static_rows)} (kernel, a) cells hold the predicted "
@@ -130,7 +130,7 @@ display(Markdown(
         + ". The prediction is asymptotic; within N <= 2^" + str(n_max_log2) + " softmax on lighter tails is still "
         "crossing over from averaging many keys to following the largest score." if miss else ".")))
 if ref_rows:
-    check = S.cross_check(static_rows, ref_rows)
+    check = phase_static.cross_check(static_rows, ref_rows)
     show(check, art, "static_cross_check")
     display(Markdown(f"**Cross-check against the shipped reference:** {check['shared'] - check['misses']} of "
                      f"{check['shared']} shared cells hold the reference's exponent in this run's interval (at the "
@@ -154,16 +154,16 @@ if ref_rows:
     print(f"pilot: {pilot.get('reps')} repetitions per tail index, at commit {str(pilot.get('commit'))[:9]}")
     print(f"tail indices {design['tail_indices']}; N = {design['ns'][0]} .. {design['ns'][-1]} by doublings; "
           f"repetitions per tail index {design['reps']}; token dimension {design['d']}; seeds from "
-          f"{design['seed_base']}; tolerance +-{P.STATIC_MARGIN:g}; Bonferroni level {ref_rows[0]['joint_level']:.5f}")
+          f"{design['seed_base']}; tolerance +-{phase_diagram.STATIC_MARGIN:g}; Bonferroni level {ref_rows[0]['joint_level']:.5f}")
     print("each kernel's boundary q + 1 and the nearest tail indices either side:",
-          "; ".join(f"{k}: {v}" for k, v in S.boundaries_covered(design["tail_indices"]).items()))
-    art.save_figure(PP.reference_figure(ref_rows), "static_reference")
-    show(M.static_table(ref_rows, ref_rows[0]["n_max"], max(r["reps"] for r in ref_rows)), art, "static_reference")
-    verdict, outside, straddle = P.static_verdict(ref_rows)
+          "; ".join(f"{k}: {v}" for k, v in phase_static.boundaries_covered(design["tail_indices"]).items()))
+    art.save_figure(phase_plots.reference_figure(ref_rows), "static_reference")
+    show(moment_condition.static_table(ref_rows, ref_rows[0]["n_max"], max(r["reps"] for r in ref_rows)), art, "static_reference")
+    verdict, outside, straddle = phase_diagram.static_verdict(ref_rows)
     half = [(r["joint_high"] - r["joint_low"]) / 2 for r in ref_rows]
     display(Markdown(
         f"**The static verdict: {verdict}.** Of {len(ref_rows)} cells, {len(ref_rows) - len(outside) - len(straddle)} "
-        f"have intervals within +-{P.STATIC_MARGIN:g} of the prediction, {len(straddle)} straddle its edge and "
+        f"have intervals within +-{phase_diagram.STATIC_MARGIN:g} of the prediction, {len(straddle)} straddle its edge and "
         f"{len(outside)} lie wholly outside it; Bonferroni half-widths {min(half):.3f} to {max(half):.3f} (median "
         f"{float(np.median(half)):.3f}). Outside: " + ("; ".join(
             f"{r['kernel']} at a = {r['a']:g} (predicted {r['predicted']:.2f}, measured {r['measured']:.2f} "
@@ -187,19 +187,19 @@ if ref_rows:
 # growth both kernels share cancels, and growth is predicted where q + 1 >= a as before.
 
 # %%
-phase_rows = P.decide(phase.runs)
-gap_rows = P.decide(phase.runs, P.REFERENCE)
+phase_rows = phase_diagram.decide(phase.runs)
+gap_rows = phase_diagram.decide(phase.runs, phase_diagram.REFERENCE)
 if phase_rows:
-    art.save_figure(PP.phase_figure(phase_rows), "phase_diagram")
-    show(P.phase_table(phase_rows), art, "phase_table")
-    art.save_figure(PP.phase_figure(gap_rows, "gap to log-ELU"), "phase_diagram_gap")
-    show(P.phase_table(gap_rows, "gap to log-ELU"), art, "phase_table_gap")
-    art.save_figure(PP.curves_figure(phase.runs), "phase_curves")
+    art.save_figure(phase_plots.phase_figure(phase_rows), "phase_diagram")
+    show(phase_diagram.phase_table(phase_rows), art, "phase_table")
+    art.save_figure(phase_plots.phase_figure(gap_rows, "gap to log-ELU"), "phase_diagram_gap")
+    show(phase_diagram.phase_table(gap_rows, "gap to log-ELU"), art, "phase_table_gap")
+    art.save_figure(phase_plots.curves_figure(phase.runs), "phase_curves")
     # The joint claim needs every cell decided; its power at the map's own spread of per-seed slopes.
     spread = float(np.median([np.std(r["slopes"], ddof=1) for r in phase_rows if len(r["slopes"]) > 1] or [np.nan]))
     predicted = {(r["kernel"], r["regime"]): r["predicted"] == "grows" for r in phase_rows}
     if np.isfinite(spread):
-        power = {k: P.map_power(predicted, spread, k, m=200) for k in (5, 10, 20)}
+        power = {k: phase_diagram.map_power(predicted, spread, k, m=200) for k in (5, 10, 20)}
         display(Markdown(f"**Power of the joint claim.** With the map's median per-seed slope spread "
                          f"({spread:.3f} in log per doubling of N) and every cell as predicted (x1.5 per doubling "
                          f"where it grows), the rule reads *reproduced* in "
@@ -222,13 +222,13 @@ else:
 # %%
 pred_rows = [r for r in phase_rows] if phase_rows else []
 if pred_rows:
-    deciding = PC.deciding_cells(sorted({r["kernel"] for r in pred_rows}), sorted({r["regime"] for r in pred_rows}))
+    deciding = phase_confirm.deciding_cells(sorted({r["kernel"] for r in pred_rows}), sorted({r["regime"] for r in pred_rows}))
     seeds_in_map = min(r["seeds"] for r in pred_rows)
     display(Markdown(
         f"- **Can:** say, per (kernel, regime) cell, whether the ratio to the floor (or the gap to log-ELU) grows with "
         f"the training N, at {seeds_in_map} seeds per cell.\n"
         f"- **Cannot:** tell App. A's boundary from its neighbours. The candidate rules "
-        + ", ".join(f"'{k}'" for k in PC.RULES) + f" disagree on only {len(deciding)} of the map's cells ("
+        + ", ".join(f"'{k}'" for k in phase_confirm.RULES) + f" disagree on only {len(deciding)} of the map's cells ("
         + ", ".join(f"{k} on {g}" for k, g in deciding) + "); and the ratio to the floor grows wherever the floor "
         "falls, so its growth is not the population divergence. The confirmatory test below is designed for that."))
 
@@ -245,7 +245,7 @@ if fixed:
     fp = fixed["provenance"]
     print(f"fixed-weight measurements at commit {fp['commit'][:9]}, {fp['date']}, by `{fp['command']}`; runs "
           "trained at " + ", ".join(sorted({t['commit'][:9] for r in fixed['runs'] for t in r['trained']})))
-    art.save_figure(PP.fixed_weight_figure(fixed["runs"]), "fixed_weight")
+    art.save_figure(phase_plots.fixed_weight_figure(fixed["runs"]), "fixed_weight")
     fw_rows = []
     for r in fixed["runs"]:
         for at in r["at"]:
@@ -259,15 +259,15 @@ if fixed:
           "notes": f"nested ensembles N = {fixed['runs'][0]['ns'][0]} .. {fixed['runs'][0]['ns'][-1]}, "
                    f"{fixed['runs'][0]['reps']} ensembles per a; Hill at N = {fixed['runs'][0]['hill_n']}, "
                    "k = 0.1 N, band a_hat (1 +- 1.96/sqrt k)"}, art, "fixed_weight")
-    within = sum(abs(at["measured"] - at["predicted"]) <= P.STATIC_MARGIN for r in fixed["runs"] for at in r["at"])
+    within = sum(abs(at["measured"] - at["predicted"]) <= phase_diagram.STATIC_MARGIN for r in fixed["runs"] for at in r["at"])
     total = sum(len(r["at"]) for r in fixed["runs"])
     b1 = [at["hill"][1]["median"] for r in fixed["runs"] for at in r["at"] if len(at["hill"]) > 1]
     display(Markdown(
-        f"**What it shows:** block 0's exponent at trained weights lies within +-{P.STATIC_MARGIN:g} of App. A's "
+        f"**What it shows:** block 0's exponent at trained weights lies within +-{phase_diagram.STATIC_MARGIN:g} of App. A's "
         f"prediction in {within} of {total} (run, a) cases (point estimates; 95 % intervals in the table). The "
         f"tokens entering block 1 have Hill estimates of {min(b1):.3g} to {max(b1):.3g} against the input's a "
         "(dashed): post-norm LayerNorm bounds them, so App. A's condition holds trivially from block 1 on."
-        if b1 else f"**What it shows:** {within} of {total} within +-{P.STATIC_MARGIN:g}."))
+        if b1 else f"**What it shows:** {within} of {total} within +-{phase_diagram.STATIC_MARGIN:g}."))
 else:
     display(Markdown("The fixed-weight measurements are not shipped (`python -m heavytail.studies.fixed_weight`)."))
 
@@ -279,16 +279,16 @@ else:
 # map's per-seed slope spread as a stand-in for the excess endpoint's.
 
 # %%
-confirm_cells = PC.deciding_cells()
-print("candidate rules:", "; ".join(PC.RULES), f"(primary: {PC.PRIMARY})")
+confirm_cells = phase_confirm.deciding_cells()
+print("candidate rules:", "; ".join(phase_confirm.RULES), f"(primary: {phase_confirm.PRIMARY})")
 print("deciding cells and each rule's prediction (True: grows):")
 for c in confirm_cells:
-    print(f"  {c[0]} on {c[1]}: {PC.predictions(*c)}")
-print(f"seeds {PC.SEEDS[0]}-{PC.SEEDS[-1]} ({len(PC.SEEDS)} per cell; the shipped map used {PC.SHIPPED_SEEDS[0]}-"
-      f"{PC.SHIPPED_SEEDS[-1]}), N = {', '.join(map(str, PC.NS))} and {PC.LONG_N} on the moderate-regime cells")
+    print(f"  {c[0]} on {c[1]}: {phase_confirm.predictions(*c)}")
+print(f"seeds {phase_confirm.SEEDS[0]}-{phase_confirm.SEEDS[-1]} ({len(phase_confirm.SEEDS)} per cell; the shipped map used {phase_confirm.SHIPPED_SEEDS[0]}-"
+      f"{phase_confirm.SHIPPED_SEEDS[-1]}), N = {', '.join(map(str, phase_confirm.NS))} and {phase_confirm.LONG_N} on the moderate-regime cells")
 if phase_rows and np.isfinite(spread):
-    pw = {k: PC.power(spread, k, m=200) for k in (5, 10, 20, 40)}
-    need = PC.seeds_needed(spread)
+    pw = {k: phase_confirm.power(spread, k, m=200) for k in (5, 10, 20, 40)}
+    need = phase_confirm.seeds_needed(spread)
     display(Markdown(f"**Power at the map's spread ({spread:.3f}):** the primary rule, true, reads *reproduced* in "
                      + ", ".join(f"{v:.0%} at {k} seeds" for k, v in pw.items())
                      + f" (200 simulated designs each); 80 % needs {need if need else 'more than 80'} seeds per "
@@ -308,12 +308,12 @@ from heavytail.studies.kernel_gap import collect
 
 shown = collect(root / hill_runs_dir) if (root / hill_runs_dir).is_dir() else []
 n_top = max((r["config"]["n_points"] for r in shown), default=None)
-hill_runs = {f"{G.variant_name(G.variant(r['config']))}, N = {n_top}": root / hill_runs_dir / r["name"]
+hill_runs = {f"{kernel_gap.variant_name(kernel_gap.variant(r['config']))}, N = {n_top}": root / hill_runs_dir / r["name"]
              for r in shown if r["config"]["seed"] == 0 and r["config"]["n_points"] == n_top}
 if hill_runs:
-    art.save_figure(PP.hill_plot_figure(hill_runs), "hill_plots")
+    art.save_figure(phase_plots.hill_plot_figure(hill_runs), "hill_plots")
     if any(r.get("hill_band") for r in shown):
-        show(P.band_table(shown), art, "hill_band_miss")
+        show(phase_diagram.band_table(shown), art, "hill_band_miss")
     display(Markdown("**What it shows:** where a model's band leaves the dashed line its tail index is off at that "
                      "threshold; the grey band shows how often a faithful i.i.d. sample of the same size does so."))
 else:
@@ -323,14 +323,14 @@ else:
 # ## Conclusion
 
 # %%
-display(Markdown("\n\n".join(f"- {C.render(f)}" for f in found)))
+display(Markdown("\n\n".join(f"- {claims.render(f)}" for f in found)))
 static = next(f for f in found if f["id"] == "static-exponent-matches")
 trained = next(f for f in found if f["id"] == "phase-growth-where-condition-fails")
 gap = next(f for f in found if f["id"] == "phase-gap-where-condition-fails")
-fixed_text = (f" At trained weights, block 0's exponent is within +-{P.STATIC_MARGIN:g} of App. A's prediction in "
+fixed_text = (f" At trained weights, block 0's exponent is within +-{phase_diagram.STATIC_MARGIN:g} of App. A's prediction in "
               f"{within} of {total} cases, and LayerNorm leaves block 1 tokens without a heavy tail." if fixed else "")
 art.conclude(f"Static test of App. A's moment condition (shipped reference): {static['verdict']} "
-             f"({C.statistic_text(static)}; {static['scale']}); trained phase diagram, ratio to the floor: "
+             f"({claims.statistic_text(static)}; {static['scale']}); trained phase diagram, ratio to the floor: "
              f"{trained['verdict']}; gap to log-ELU (chosen after the first runs, exploratory): {gap['verdict']}; "
              "the confirmatory trained test is pre-registered and not yet run." + fixed_text,
              figure="static_reference" if ref_rows else "static_exponents")

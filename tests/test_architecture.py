@@ -135,3 +135,47 @@ def test_what_notebooks_import_needs_no_papermill_submitit_or_jupyter():
 def test_repo_root_outside_the_repository_falls_back_to_the_package_checkout(tmp_path):
     # papermill may run a kernel anywhere; the fallback must be the checkout holding the package, not a subfolder
     assert repo_root(tmp_path) == ROOT
+
+
+def _aliased_heavytail_modules(source: str) -> list[str]:
+    """``module as alias`` for each heavytail module ``source`` imports under another name."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [f"{a.name} as {a.asname}" for a in node.names if a.name.split(".")[0] == "heavytail" and a.asname]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "heavytail":
+            found += [f"{node.module}.{a.name} as {a.asname}" for a in node.names if a.asname
+                      and (PACKAGE.parent / (f"{node.module}.{a.name}".replace(".", "/") + ".py")).is_file()]
+    return found
+
+
+def test_notebooks_import_heavytail_modules_by_their_own_names():
+    # one-letter aliases meant P was summary_plots in one notebook and phase_diagram in another
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+    assert len(notebooks) >= 9
+    aliased = {nb.name: found for nb in notebooks if (found := _aliased_heavytail_modules(nb.read_text()))}
+    assert not aliased, f"notebooks import heavytail modules under aliases: {aliased}"
+    # and the check can fail, for either import form, while a function imported under an alias is not a module
+    assert _aliased_heavytail_modules("from heavytail.studies import claims as C\nimport heavytail.names as N\n"
+                                      "from heavytail.science.metrics import hill_k as k\n") == \
+        ["heavytail.studies.claims as C", "heavytail.names as N"]
+
+
+def _runs_git(source: str) -> bool:
+    """Whether ``source`` names the git executable as a command (``["git", ...]`` or ``"git rev-parse ..."``)."""
+    return any(isinstance(node, ast.Constant) and isinstance(node.value, str)
+               and (node.value == "git" or node.value.startswith(("git rev-parse", "git status", "git describe")))
+               for node in ast.walk(ast.parse(source)))
+
+
+def test_commit_and_dirty_tree_are_read_only_by_the_provenance_module():
+    # heavytail.harness.provenance.code_state is the one reader of the commit and the dirty tree: training,
+    # the landing page, the benchmarks and gpu_check call it instead of running git themselves
+    owner = PACKAGE / "harness" / "provenance.py"
+    sources = [p for folder in ("heavytail", "benchmarks", "notebooks") for p in (ROOT / folder).rglob("*.py")]
+    assert owner in sources and _runs_git(owner.read_text())
+    others = sorted(str(p.relative_to(ROOT)) for p in sources if p != owner and _runs_git(p.read_text()))
+    assert not others, f"run git themselves instead of heavytail.harness.provenance.code_state: {others}"
+    # and the probe can fail on either form
+    assert _runs_git('subprocess.run(["git", "rev-parse", "HEAD"])') and _runs_git('os.popen("git status --porcelain")')
+    assert not _runs_git('"earlier records are in git history"')

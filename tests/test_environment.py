@@ -11,6 +11,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 # conda-forge names that differ from PyPI's
 CONDA_NAME = {"torch": "pytorch"}
+# declared packages environment.yml installs with pip (its `pip:` section) instead of from conda-forge
+PIP_ONLY = {"tailestim"}
 
 
 def _split(req: str) -> tuple[str, str]:
@@ -45,11 +47,15 @@ def _environment() -> tuple[dict[str, str], list[str], str]:
 
 def test_environment_lists_the_same_packages_and_versions_as_pyproject():
     declared, _ = _pyproject()
-    conda, _, _ = _environment()
-    missing = sorted(set(declared) - set(conda))
-    extra = sorted(set(conda) - set(declared))
+    conda, pip, _ = _environment()
+    pinned = dict(_split(p) for p in pip if not p.startswith("-e"))
+    assert set(pinned) == PIP_ONLY, f"environment.yml's pip section lists {sorted(pinned)}, PIP_ONLY is {sorted(PIP_ONLY)}"
+    assert not PIP_ONLY & set(conda), f"{sorted(PIP_ONLY & set(conda))} listed for both conda and pip"
+    listed = {**conda, **pinned}
+    missing = sorted(set(declared) - set(listed))
+    extra = sorted(set(listed) - set(declared))
     assert not missing and not extra, f"environment.yml missing {missing}, has undeclared {extra}"
-    differing = {k: (declared[k], conda[k]) for k in declared if declared[k] != conda[k]}
+    differing = {k: (declared[k], listed[k]) for k in declared if declared[k] != listed[k]}
     assert not differing, f"version specs differ (pyproject, environment.yml): {differing}"
 
 

@@ -36,13 +36,12 @@ from heavytail.harness.artifacts import NOTEBOOK_PATTERN
 from heavytail.io import atomic_write_text, dumps_json
 
 RUNNER_PARAMETERS = ("report", "output_root")
-STATUSES = ("ok", "failed", "skipped", "running", "pending")
 
 
 @dataclass
 class NotebookResult:
     name: str
-    status: str = "pending"
+    status: str = "pending"  # then running, and ok, failed or skipped
     elapsed_s: float | None = None
     failed_cell: int | None = None  # 1-based index among code cells, as a reader counts them
     error: str | None = None

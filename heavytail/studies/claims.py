@@ -2,8 +2,8 @@
 
 Every rule here was written before the runs it decides, treats the training seed as the unit of
 replication (the bootstrap interval of eq. 37 describes evaluation trials at fixed weights, not training
-runs), and is calibrated: :func:`simulate` runs a rule on synthetic seeds drawn under a null, and the tests
-assert a false-positive rate of at most 5 % and, under the effect sizes the shipped maps show, the power the
+runs), and is calibrated: tests/test_claims.py runs each rule on synthetic seeds drawn under a null and asserts
+a false-positive rate of at most 5 % and, under the effect sizes the shipped maps show, the power the
 notebooks print. A rule answers one of four verdicts:
 
 - ``reproduced``: the interval of the statistic excludes "no effect" in the paper's direction;
@@ -252,27 +252,6 @@ def seeds_needed_tost(sd: float, power: float = 0.8, margin: float = EQUIVALENCE
         if tost_power(sd, n, margin) >= power:
             return n
     return most + 1
-
-
-def simulate(rule: Callable[[Sequence[float]], Decision], draw: Callable[[np.random.Generator], Sequence[float]],
-             n_sims: int = 2000, seed: int = 0) -> dict[str, float]:
-    """How often ``rule`` returns each verdict on ``n_sims`` synthetic studies drawn by ``draw(rng)``."""
-    rng = np.random.default_rng(seed)
-    counts = dict.fromkeys(VERDICTS, 0)
-    for _ in range(n_sims):
-        counts[rule(draw(rng)).verdict] += 1
-    return {v: c / n_sims for v, c in counts.items()}
-
-
-def growth_study(rng: np.random.Generator, slope_per_doubling: float, n_seeds: int, ns: Sequence[int],
-                 seed_sd: float, noise_sd: float) -> list[float]:
-    """Per-seed slopes of one synthetic study: log ratio = seed effect + slope * log2 N + noise."""
-    x = np.log2(np.asarray(ns, dtype=float))
-    out = []
-    for _ in range(n_seeds):
-        y = rng.normal(0, seed_sd) + slope_per_doubling * x + rng.normal(0, noise_sd, len(x))
-        out.append(slope(x, y))
-    return out
 
 
 # ------------------------------------------------------------------------------------ the record
