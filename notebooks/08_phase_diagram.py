@@ -274,9 +274,11 @@ else:
 # %% [markdown]
 # ## The confirmatory trained test, pre-registered
 #
-# Fixed in `heavytail/studies/phase_confirm.py` and `params/grid_phase_confirm.yaml` before any of its runs
-# (not run yet: its floor-free endpoint needs per-trial evaluation records). Its power below uses the shipped
-# map's per-seed slope spread as a stand-in for the excess endpoint's.
+# Fixed in `heavytail/studies/phase_confirm.py` and `params/grid_phase_confirm.yaml` before any of its runs.
+# Evaluation now keeps the per-trial records its floor-free endpoint reads (each trial's energy distance, that
+# trial's own floor and its tail indices, at the training N), and `phase_confirm.confirm` decides from them; the
+# confirmatory map itself has not run (`params/grid_phase_confirm.yaml`, shipped as the `phase-confirm` map). Its
+# power below uses the shipped map's per-seed slope spread as a stand-in for the excess endpoint's.
 
 # %%
 confirm_cells = phase_confirm.deciding_cells()

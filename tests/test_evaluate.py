@@ -181,3 +181,102 @@ def test_the_hill_band_summary_reads_every_threshold_of_its_stated_range(tiny_ru
         shares = band["axes"][axis]
         assert 0.0 <= shares["target"] <= 1.0 and 0.0 <= shares["output"] <= 1.0
     assert band["excess"] == max(v["output"] - v["target"] for v in band["axes"].values())
+
+
+# ------------------------------------------------------------------------------------ per-trial records
+@pytest.fixture(scope="module")
+def at_train_n_run(tiny_run, tmp_path_factory):
+    """tiny_run's model, evaluated also at its training N (64) besides the common N (256)."""
+    import shutil
+
+    from heavytail.harness.config import RunConfig
+
+    copy = tmp_path_factory.mktemp("at-train-n") / "run"
+    shutil.copytree(tiny_run, copy, ignore=shutil.ignore_patterns("results.json"))
+    cfg = RunConfig.from_yaml(copy / "config.yaml")
+    (copy / "config.yaml").write_text(cfg.replace(eval_at_train_n=True).to_yaml())
+    return copy
+
+
+def test_per_trial_records_hold_each_trials_distance_floor_and_tail_indices_at_both_ns(at_train_n_run):
+    res = evaluate(at_train_n_run, quiet=True, save=False)
+    cfg = res["config"]
+    common, train_n = res["per_trial"], res["at_train_n"]["per_trial"]
+    assert len(common) == len(train_n) == cfg["eval_trials"]
+    assert {r["n_points"] for r in common} == {cfg["eval_n_points"]} and {r["n_points"] for r in train_n} == {64}
+    assert [r["d"] for r in common] == res["energy"]["d"]
+    axes = res["hill"]["axes"]
+    assert [r["tail_index"] for r in common] == [list(a) for a in zip(axes["0"]["tail_index"], axes["1"]["tail_index"])]
+    # the same trials (omega_i) at both N: the training-N pass draws its trials from the same stream
+    assert [r["tail_index"] for r in train_n] == [r["tail_index"] for r in common]
+    assert all(0 < r["floor"] < math.inf for r in common + train_n)
+    # the training-N distances are the ones its eq. 36 median ratio divides
+    assert np.median([r["d"] for r in train_n]) == res["at_train_n"]["median"]["candidate"]
+
+
+def test_a_trials_floor_is_a_second_target_ensemble_of_that_trial_against_its_target(tiny_run):
+    """The stream scheme spelled out with its constants, so that a change to any stream fails here: trial i's
+    target Y1_i comes from the candidate stream (1_000_003), its floor's ensemble from its own (3_000_003)."""
+    from heavytail.harness.train import build_benchmark
+    from heavytail.science.metrics import energy_distance
+
+    _, cfg = load_model(tiny_run)
+    res = evaluate(tiny_run, quiet=True, save=False)
+    bench, n, t = build_benchmark(cfg), cfg.eval_n_points, cfg.eval_trials
+    gen = torch.Generator().manual_seed(1_000_003 * 1_000 + cfg.seed)
+    trials = bench.sample_trials(t, generator=gen)
+    seeds = torch.randint(0, 2**62, (t, 2), generator=gen)
+    floor_seeds = torch.randint(0, 2**62, (t, 1), generator=torch.Generator().manual_seed(3_000_003 * 1_000 + cfg.seed))
+    for i in (0, t - 1):
+        y1 = bench.sample_targets(trials[i], n, generator=torch.Generator().manual_seed(int(seeds[i, 1])))
+        y_f = bench.sample_targets(trials[i], n, generator=torch.Generator().manual_seed(int(floor_seeds[i, 0])))
+        assert res["per_trial"][i]["floor"] == float(energy_distance(y_f, y1, p=cfg.loss_p).double())
+
+
+def test_the_per_trial_floors_leave_every_earlier_number_as_it_was(tiny_run, monkeypatch):
+    """Everything evaluation reported before per-trial floors existed is bit-identical: (1) it does not depend on
+    the floors' stream at all, and (2) the model's distances and the floor pool are still the draws of the
+    candidate (1_000_003) and pool (2_000_003) streams, recomputed here from those constants."""
+    from heavytail.harness.train import build_benchmark
+    from heavytail.science.metrics import energy_distance
+
+    model, cfg = load_model(tiny_run)
+    res = evaluate(tiny_run, quiet=True, save=False)
+    monkeypatch.setattr(evaluate_mod, "_TRIAL_FLOOR_STREAM", 7_000_003)
+    other = evaluate(tiny_run, quiet=True, save=False)
+    assert [r["floor"] for r in other["per_trial"]] != [r["floor"] for r in res["per_trial"]]
+
+    def before(r):
+        return {k: v for k, v in r.items() if k not in ("per_trial", "provenance", "runtime")}
+
+    assert before(other) == before(res)
+
+    bench, n, t = build_benchmark(cfg), cfg.eval_n_points, cfg.eval_trials
+    gen = torch.Generator().manual_seed(1_000_003 * 1_000 + cfg.seed)
+    trials = bench.sample_trials(t, generator=gen)
+    seeds = torch.randint(0, 2**62, (t, 2), generator=gen)
+    d = []
+    with torch.no_grad():
+        for i in range(t):
+            x = bench.sample_inputs(trials[i], n, generator=torch.Generator().manual_seed(int(seeds[i, 0])))
+            y1 = bench.sample_targets(trials[i], n, generator=torch.Generator().manual_seed(int(seeds[i, 1])))
+            d.append(float(energy_distance(model(x).float(), y1, p=cfg.loss_p).double()))
+    assert d == res["energy"]["d"]
+    pool_gen = torch.Generator().manual_seed(2_000_003 * 1_000 + cfg.seed)
+    pool_trials = bench.sample_trials(t, generator=pool_gen)
+    pool_seeds = torch.randint(0, 2**62, (t, 2), generator=pool_gen)
+    y2, y3 = (bench.sample_targets(pool_trials[0], n, generator=torch.Generator().manual_seed(int(pool_seeds[0, j])))
+              for j in (0, 1))
+    assert res["energy"]["d_hat"][0] == float(energy_distance(y2, y3, p=cfg.loss_p).double())
+
+
+def test_gaussian_trials_record_their_std(tiny_run, monkeypatch):
+    _, cfg = load_model(tiny_run)
+    gaussian = cfg.replace(marginals="gaussian")
+    monkeypatch.setattr(evaluate_mod, "load_model", lambda run_dir, device="cpu": (_Constant(), gaussian))
+    res = evaluate(tiny_run, quiet=True, save=False)
+    from heavytail.science.operators import eta_ranges
+
+    assert all("tail_index" not in r and len(r["std"]) == 2 for r in res["per_trial"])
+    for axis, (lo, hi) in enumerate(eta_ranges("gaussian")):
+        assert all(lo <= r["std"][axis] <= hi for r in res["per_trial"])

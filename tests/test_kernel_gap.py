@@ -219,3 +219,89 @@ def test_windowed_share_counts_collapsed_logged_steps_per_window():
     assert xs == [125.0, 375.0, 625.0, 875.0]
     assert share[0] == 2 / 3 and share[1] == 0.0 and math.isnan(share[2]) and share[3] == 0.0
     assert windowed_share([], [], 250) == ([], [])
+
+
+# ------------------------------------------------------------------------------------ per-trial records
+def test_a_run_summary_keeps_the_per_trial_records_at_the_training_n_and_old_results_still_load(tmp_path):
+    import numpy as np
+
+    from heavytail.harness.evaluate import evaluate
+    from heavytail.harness.train import train
+    from heavytail.io import load_json, save_json
+
+    cfg = RunConfig.from_dict(dict(kernel="linear_elu", attention_backend="dense", d_model=8, n_blocks=1, d_ff=16,
+                                   n_points=64, trials_per_step=2, steps=4, warmup_steps=1, eval_trials=6,
+                                   eval_n_points=128, eval_batch_trials=3, bootstrap_resamples=50,
+                                   checkpoint_every=2, log_every=2, eval_at_train_n=True, device="cpu"))
+    run_dir = train(cfg, tmp_path / "run", quiet=True)
+    results = evaluate(run_dir, floor_cache=tmp_path / "floors", quiet=True)
+    got = G.trial_records(G.run_summary(run_dir))
+    want = results["at_train_n"]["per_trial"]
+    assert len(got) == cfg.eval_trials and {r["n_points"] for r in got} == {64}
+    # the summary rounds the float32 distances to 9 digits: exactly the float32 values again
+    for key in ("d", "floor"):
+        assert np.array_equal(np.float32([r[key] for r in got]), np.float32([r[key] for r in want]))
+    # tail indices to 4 digits: within half a unit of the third decimal (they lie in [1, 10))
+    assert np.allclose([r["tail_index"] for r in got], [r["tail_index"] for r in want], rtol=0, atol=5e-4)
+
+    # results.json written before evaluation kept records: the summary has none and reads as before
+    old = {k: v for k, v in load_json(run_dir / "results.json").items() if k != "per_trial"}
+    old["at_train_n"] = {k: v for k, v in old["at_train_n"].items() if k != "per_trial"}
+    save_json(old, run_dir / "results.json")
+    summary = G.run_summary(run_dir)
+    assert "per_trial" not in summary and G.trial_records(summary) == []
+    assert summary["at_train_n"]["median"]["ratio"] == results["at_train_n"]["median"]["ratio"]
+
+
+def test_the_training_n_records_are_the_common_ones_when_the_run_was_trained_at_the_common_n():
+    rec = {"n_points": 256, "d": 0.5, "floor": 0.25, "std": [1.5, 2.5]}
+    same = {"config": {"n_points": 256, "eval_n_points": 256}, "per_trial": [rec]}
+    assert G.train_n_records(same) == [rec]
+    assert G.trial_records({"per_trial": G.trial_columns([rec])}) == [rec]
+    other = {"config": {"n_points": 64, "eval_n_points": 256}, "per_trial": [rec]}  # not scored at N = 64
+    assert G.train_n_records(other) == []
+
+
+def _shipping(tmp_path, monkeypatch, name, runs):
+    spec = R.MAPS[name]
+    grid_dir = tmp_path / name
+    grid_dir.mkdir()
+    (grid_dir / "grid.json").write_text(json.dumps({
+        "grid": R._grid_name(name), "source": spec.grid,
+        "configurations": [{"name": r["name"], "status": "ok", "run_dir": r["name"]} for r in runs]}))
+    monkeypatch.setattr(G, "collect", lambda _: runs)
+    out = R.ship(name, grid_dir, command="test", output=tmp_path / f"{name}.json")
+    return json.loads(out.read_text())["runs"]
+
+
+def test_only_a_map_that_asks_for_per_trial_records_ships_them(tmp_path, monkeypatch):
+    clean = {"commit": "a" * 40, "dirty": False}
+    cols = G.trial_columns([{"n_points": 256, "d": 0.5, "floor": 0.25, "tail_index": [3.0, 2.0]}])
+    runs = [{"name": f"c{i}", "config": {}, "median": {}, "mean": {}, "collapse": {}, "provenance": [clean],
+             "trace": {"step": [1], "loss": [0.5]}, "per_trial": cols} for i in range(2)]
+    assert not R.MAPS["phase"].per_trial and R.MAPS["phase-confirm"].per_trial
+    assert all("per_trial" not in r for r in _shipping(tmp_path, monkeypatch, "phase", runs))
+    confirm = _shipping(tmp_path, monkeypatch, "phase-confirm", runs)
+    assert all(r["per_trial"] == cols and r["trace"] == {} for r in confirm)
+
+
+def test_the_confirmatory_map_with_its_per_trial_records_fits_a_shipped_maps_size():
+    """Every configuration of its grid as a summary like the phase map's (the same recipe), with 64 trials of
+    float32 distances and tail indices: under the 2 MiB a shipped map may hold."""
+    import numpy as np
+
+    from heavytail.io import dumps_json
+
+    configs = _spec_configs(R.MAPS["phase-confirm"].grid)
+    like = R.load("phase", ROOT)["runs"][0]
+    rng = np.random.default_rng(0)
+    runs = []
+    for name, cfg in configs.items():
+        records = [{"n_points": cfg.n_points, "d": float(np.float32(rng.lognormal(-4, 2))),
+                    "floor": float(np.float32(rng.lognormal(-5, 1))),
+                    "tail_index": [float(rng.uniform(2, 4.5)), float(rng.uniform(1, 3.5))]}
+                   for _ in range(cfg.eval_trials)]
+        runs.append(R.with_trace_keys(dict(like, name=name, config=cfg.to_dict(), per_trial=G.trial_columns(records)),
+                                      R.MAPS["phase-confirm"].trace_keys))
+    size = len(dumps_json({"provenance": {"commits": ["a" * 40]}, "runs": runs}, indent=1) + "\n")
+    assert size < 2 * 1024 * 1024, size / 2**20

@@ -6,6 +6,11 @@ scores the floor d_hat_j = E^2(Y2_j, Y3_j) (eq. 11). Reported: the median and me
 (eq. 36) with the two-pool bootstrap interval (eq. 37) and the bold rule. Evaluation is in float32
 without autocast, whatever the training precision (Table 3).
 
+Per-trial records (``per_trial``, at the common N and under ``at_train_n``) keep, for each candidate trial i,
+d_i, its own floor f_i = E^2(Y'_i, Y1_i) (a second target ensemble of the same omega_i against the one d_i
+was scored on: the quantity of eq. 11 for one trial) and omega_i's tail indices (the std for Gaussian
+marginals), so that a statistic of d_i - f_i can be read later without retraining or re-evaluating.
+
 The floor pool depends only on the operator, the marginal family, N, the number of trials and the
 seed, so it is computed once and cached on disk for every model of that family (App. H.2: "the same
 sampling reference for all models").
@@ -38,8 +43,10 @@ from heavytail.harness.train import (backend_label, build_benchmark, float32_mat
 
 # Thresholds (tail fractions phi) of the Hill-error curve; the paper's single choice phi = 0.1 is among them.
 HILL_CURVE_PHIS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
-# Evaluation draws use their own streams, never the training stream.
-_CANDIDATE_STREAM, _FLOOR_STREAM = 1_000_003, 2_000_003
+# Evaluation draws use their own streams, never the training stream. The per-trial floors' target ensembles
+# have a stream of their own, so that drawing them leaves every other draw, and every number evaluation
+# reported before they existed, bit for bit as it was.
+_CANDIDATE_STREAM, _FLOOR_STREAM, _TRIAL_FLOOR_STREAM = 1_000_003, 2_000_003, 3_000_003
 
 
 def _generator(seed: int, stream: int) -> torch.Generator:
@@ -141,8 +148,9 @@ def sampling_floor_pool(cfg: RunConfig, cache_dir: str | Path | None = None, qui
 
 # ---------------------------------------------------------------------------------- evaluate
 def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = True) -> dict[str, Any]:
-    """One pass of the candidate trials at ``cfg.eval_n_points``: per-trial energy distances d_i (eq. 11),
-    spread ratios (the collapse criterion) and, with ``hill``, the Hill estimates of App. J.1."""
+    """One pass of the candidate trials at ``cfg.eval_n_points``: per-trial energy distances d_i (eq. 10),
+    each trial's own floor f_i (eq. 11 for that trial), spread ratios (the collapse criterion) and, with
+    ``hill``, the Hill estimates of App. J.1."""
     from heavytail.science.attention import recording_backends
     from heavytail.science.metrics import energy_distance
 
@@ -150,7 +158,8 @@ def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = T
     gen = _generator(cfg.seed, _CANDIDATE_STREAM)
     trials = bench.sample_trials(cfg.eval_trials, generator=gen)
     seeds = _stream_seeds(cfg.eval_trials, gen, 2)
-    d, spread, hill_out, hill_y1, curve_out, curve_y1, band_out, band_y1 = [], [], [], [], [], [], [], []
+    floor_seeds = _stream_seeds(cfg.eval_trials, _generator(cfg.seed, _TRIAL_FLOOR_STREAM), 1)[:, 0]
+    d, floor, spread, hill_out, hill_y1, curve_out, curve_y1, band_out, band_y1 = ([] for _ in range(9))
     with float32_matmuls(cfg, dev), subnormals(cfg), recording_backends() as backends:
         runtime = precision_record(dev, None)  # evaluation runs without autocast (Table 3)
         for lo in tqdm(range(0, cfg.eval_trials, cfg.eval_batch_trials), disable=quiet, desc="evaluate"):
@@ -164,6 +173,11 @@ def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = T
             if finite.any():
                 dist[finite.cpu()] = energy_distance(out[finite], y1[finite], p=cfg.loss_p).double().cpu()
             d.append(dist)
+            # Against Y1_i itself, so that d_i - f_i compares the model and an i.i.d. draw on the same target
+            # ensemble (E f_i = 2 delta / N, eq. 34, as for the pool). energy_distance accumulates in float64, as
+            # for d_i: on heavy tails eq. 10 is a small difference of huge sums.
+            y_f = _ensembles(bench.sample_targets, part, floor_seeds[lo:hi], cfg.eval_n_points).to(dev)
+            floor.append(energy_distance(y_f, y1, p=cfg.loss_p).double().cpu())
             spread.append(spread_ratio(out, y1).cpu())
             if hill and cfg.marginals == "mirrored_pareto":
                 z_out, z_y1 = _latent(out, part.output_to_latent), _latent(y1, part.output_to_latent)
@@ -182,7 +196,7 @@ def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = T
                 curve_y1.append(_hill_curve(z_y1, cfg.eval_n_points).cpu())
                 band_y1.append(_band_miss(z_y1, a_true, cfg.eval_n_points).cpu())
 
-    return {"trials": trials, "runtime": runtime, "backends": backends, "d": d, "spread": spread,
+    return {"trials": trials, "runtime": runtime, "backends": backends, "d": d, "floor": floor, "spread": spread,
             "hill_out": hill_out, "hill_y1": hill_y1, "curve_out": curve_out, "curve_y1": curve_y1,
             "band_out": band_out, "band_y1": band_y1}
 
@@ -235,6 +249,8 @@ def evaluate(
     results["energy"].update(_ratios(d_all, d_hat, cfg))
     if cfg.eval_at_train_n and cfg.n_points != cfg.eval_n_points:
         results["at_train_n"] = _at_n(model, cfg, cfg.n_points, floor_cache, dev, quiet)
+    results["per_trial"] = per_trial_records(cfg.eval_n_points, d_all, torch.cat(scored["floor"]).numpy(),
+                                             trials.marginal_params, cfg.marginals)
     results["provenance"] = {"training": load_json(summary_path).get("provenance") if summary_path.exists() else None,
                              "evaluation": provenance_record()}
 
@@ -294,8 +310,21 @@ def _at_n(model, cfg: RunConfig, n: int, floor_cache: Path, dev: torch.device, q
     pool = sampling_floor_pool(at, floor_cache, quiet=quiet)
     scored = _score(model, at, dev, quiet, hill=False)
     fraction = float(collapsed(torch.cat(scored["spread"]), cfg.collapse_spread).double().mean())
+    d = torch.cat(scored["d"]).numpy()
     return {"n_points": n, "collapse": {"label": run_label(fraction), "fraction": fraction},
-            **_ratios(torch.cat(scored["d"]).numpy(), np.asarray(pool["d_hat"], dtype=np.float64), at)}
+            **_ratios(d, np.asarray(pool["d_hat"], dtype=np.float64), at),
+            "per_trial": per_trial_records(n, d, torch.cat(scored["floor"]).numpy(), scored["trials"].marginal_params,
+                                           cfg.marginals)}
+
+
+def per_trial_records(n: int, d: np.ndarray, floor: np.ndarray, marginal_params: torch.Tensor, marginals: str
+                      ) -> list[dict[str, Any]]:
+    """One record per evaluation trial i: {"n_points": n, "d": d_i, "floor": f_i, "tail_index": [a_0, a_1]}, or
+    "std": [sigma_0, sigma_1] for Gaussian marginals (the per-axis parameter the trial drew from Pi_eta).
+    ``d``, ``floor``: (T,) float64; ``marginal_params``: (T, 2)."""
+    key = "tail_index" if marginals == "mirrored_pareto" else "std"
+    params = marginal_params.double().tolist()
+    return [{"n_points": int(n), "d": float(di), "floor": float(fi), key: p} for di, fi, p in zip(d, floor, params)]
 
 
 def _band_summary(out: torch.Tensor, target: torch.Tensor, n: int) -> dict[str, Any]:

@@ -14,7 +14,10 @@ aggregates them per (variant, N) across seeds (:func:`cells`); the claims are de
 :mod:`heavytail.studies.kernel_gap_claims`, the shipped maps are read through
 :mod:`heavytail.studies.reference_maps`. Every ratio is eq. 36's median ratio to the sampling floor with eq.
 37's bootstrap interval, read either at the common evaluation N (``at="common"``) or, for runs scored there
-too, at the run's own training N (``at="train"``).
+too, at the run's own training N (``at="train"``). A summary also keeps the run's per-trial evaluation records at
+its training N (distance, the trial's own floor, its tail indices: :func:`trial_records`), for statistics of
+the excess over the floor that eq. 36's ratio of two medians cannot give; runs evaluated before evaluation
+kept them have none.
 """
 
 from __future__ import annotations
@@ -40,6 +43,12 @@ BLOCK_TRACE_KEYS = ("max_abs_score", "attn_entropy_ratio", "attn_max_weight", "q
 # runs lack them, so they join a summary only where present.
 ONSET_BLOCK_KEYS = ("attn_absorbed", "qk_grad_norm")
 RATIO_KEYS = ("ratio", "low", "high", "bold", "candidate", "floor")  # eq. 36-37, with the two medians it divides
+# Per-trial parameters a record may carry: the mirrored Pareto's tail indices or the Gaussian's stds, per axis.
+TRIAL_PARAMS = ("tail_index", "std")
+# Significant digits kept in a summary: 9 give back every float32 distance exactly (evaluation computes them in
+# float32, accumulated in float64), so d - floor loses nothing; 4 place a tail index (a draw from a range one
+# unit wide) to 1e-3, finer than any stratum of it. A shipped map holds 64 trials of hundreds of runs.
+_DISTANCE_DIGITS, _PARAM_DIGITS = 9, 4
 
 
 def variant(config: Mapping[str, Any]) -> tuple[str, str]:
@@ -77,7 +86,8 @@ def _sig(x: Any, digits: int = 4) -> Any:
 
 def run_summary(run_dir: str | Path) -> dict[str, Any]:
     """The small record of one finished run: configuration, final loss, ratios with intervals, collapse
-    label and onset, skipped steps, and the collapse precursors logged per block (App. I)."""
+    label and onset, skipped steps, the collapse precursors logged per block (App. I) and, where evaluation
+    kept them, the per-trial records at the training N (:func:`trial_columns`)."""
     from heavytail.science.collapse import collapse_onset, rolling_median
 
     run = RunDir(run_dir)
@@ -112,6 +122,7 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
         trace["val_step"], trace["val_log_energy"] = [s for s, _ in validation], [_sig(v) for _, v in validation]
     skipped = log[-1]["n_skipped"] if log else 0
     summary = run.train_summary()
+    records = train_n_records(results)
     return {
         "name": run.path.name,
         "config": config,
@@ -130,8 +141,41 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
         "blocks": blocks,
         "trace": trace,
         **({"stop": {k: summary[k] for k in ("stopped_at", "stop_reason")}} if "stop_reason" in summary else {}),
+        **({"per_trial": trial_columns(records)} if records else {}),
         **({"onset_window": onset_window(log)} if any(row.get("dense") for row in log) else {}),
     }
+
+
+def train_n_records(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """results.json's per-trial records at the run's training N: ``at_train_n``'s, or the common N's when that is
+    the training N; [] when the run was not scored at its training N or was evaluated before records existed."""
+    cfg = results["config"]
+    if cfg["n_points"] == cfg["eval_n_points"]:
+        return list(results.get("per_trial") or [])
+    return list((results.get("at_train_n") or {}).get("per_trial") or [])
+
+
+def trial_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Records (T of them, one N) as the summary stores them, a column per field (a shipped map holds hundreds of
+    runs, and a JSON object per trial would be most of its size): {"n_points": N, "d": (T,), "floor": (T,),
+    "tail_index" or "std": (2, T), one row per latent axis}."""
+    param = next(k for k in TRIAL_PARAMS if k in records[0])
+    return {"n_points": records[0]["n_points"],
+            "d": [_sig(r["d"], _DISTANCE_DIGITS) for r in records],
+            "floor": [_sig(r["floor"], _DISTANCE_DIGITS) for r in records],
+            param: [[_sig(r[param][axis], _PARAM_DIGITS) for r in records] for axis in (0, 1)]}
+
+
+def trial_records(run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The per-trial records of a run summary at its training N, in results.json's form: per trial
+    {"n_points", "d", "floor", "tail_index" or "std": [axis 0, axis 1]}; [] for a run that has none (evaluated
+    before evaluation kept them, or not scored at its training N)."""
+    cols = run.get("per_trial")
+    if not cols:
+        return []
+    param = next(k for k in TRIAL_PARAMS if k in cols)
+    return [{"n_points": cols["n_points"], "d": d, "floor": f, param: [a0, a1]}
+            for d, f, a0, a1 in zip(cols["d"], cols["floor"], *cols[param])]
 
 
 def onset_window(log: Sequence[Mapping[str, Any]], keys: Sequence[str] = BLOCK_TRACE_KEYS + ONSET_BLOCK_KEYS

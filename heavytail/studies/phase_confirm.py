@@ -10,10 +10,13 @@ grows wherever the floor falls, five seeds make its joint rule *reproduced* almo
   heavytail.names' description of the regimes);
 - **deciding cells** (:func:`deciding_cells`): the (kernel, regime) cells where the rules disagree, and only
   those (elsewhere every rule predicts the same, so a cell there decides nothing between them);
-- **endpoint** (:func:`excess_endpoint`): floor-free. Per run, the log of the median over evaluation trials of
-  the energy distance's excess over that trial's floor (eq. 36's numerator minus its denominator, at the
-  training N); a model whose error does not depend on N has an excess that does not either, whereas the ratio
-  to a falling floor grows. Per seed, the least-squares slope of that log on log2 N;
+- **endpoint** (:func:`excess_endpoint`, :func:`run_endpoint`): floor-free. Per run, the log of the median over
+  evaluation trials of the energy distance's excess over that trial's floor (eq. 36's numerator minus its
+  denominator, at the training N); a model whose error does not depend on N has an excess that does not either,
+  whereas the ratio to a falling floor grows. A run whose median excess is not positive sits at its floor and
+  has no endpoint (NaN: no number put in place of the log would be measured). Per seed, the least-squares slope
+  of that log on log2 N (:func:`slopes`); a seed with a run without an endpoint has no slope in that cell
+  (heavytail.studies.claims.per_seed_slopes: nothing is imputed), and :func:`confirm` reports every such run;
 - **per-cell prediction**: *grows* (slope > 0: the growth rule's interval above 0) or *bounded* (slope below
   log 1.10 per doubling: the interval below heavytail.studies.claims.GROWTH_MARGIN);
 - **decision** (:func:`confirm_verdict`): each deciding cell by the growth rule at the Bonferroni level
@@ -24,9 +27,10 @@ grows wherever the floor falls, five seeds make its joint rule *reproduced* almo
 - **seeds** (:data:`SEEDS`): 20 new ones per deciding cell, disjoint from the shipped map's 0-4;
   :func:`power` simulates the rule at the shipped map's spread.
 
-Per-trial evaluation records (distance, floor, the trial's tail indices) are what the endpoint reads; the
-per-trial strata of a (each trial draws its own index from the regime's range) are a secondary, exploratory
-reading of the same records (:func:`stratum_of`).
+Per-trial evaluation records (distance, floor, the trial's tail indices: heavytail.harness.evaluate's
+``per_trial``, kept at the training N by heavytail.studies.kernel_gap.trial_records) are what the endpoint
+reads; the per-trial strata of a (each trial draws its own index from the regime's range) are a secondary,
+exploratory reading of the same records (:func:`stratum_of`, :func:`stratum_slopes`), with no verdict.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import numpy as np
 
 from heavytail.names import KERNEL_ROWS, TAIL_REGIMES
 from heavytail.studies import claims as C
+from heavytail.studies.kernel_gap import trial_records
 
 HEAVIER_AXIS = 1
 PRIMARY = "q + 1 >= a_lo"
@@ -74,6 +79,90 @@ def excess_endpoint(distances: Sequence[float], floors: Sequence[float]) -> floa
     excess = np.asarray(distances, dtype=float) - np.asarray(floors, dtype=float)
     med = float(np.median(excess))
     return math.log(med) if med > 0 else math.nan
+
+
+def _excess(records: Sequence[Mapping[str, Any]]) -> float:
+    return excess_endpoint([r["d"] for r in records], [r["floor"] for r in records])
+
+
+def _records(run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    records = trial_records(run)
+    if not records:
+        raise ValueError(f"run {run.get('name')!r} holds no per-trial records at its training N (evaluated before "
+                         "evaluation kept them, or not scored at its training N): re-evaluate its folder with "
+                         "python -m heavytail evaluate")
+    return records
+
+
+def run_endpoint(run: Mapping[str, Any]) -> float:
+    """The endpoint of one run summary (heavytail.studies.kernel_gap.run_summary): :func:`excess_endpoint` of its
+    T per-trial records at the training N. NaN when the median excess is <= 0 (at the floor); +inf when more
+    than half the trials diverged (their d is +inf). ValueError when the run holds no records."""
+    return _excess(_records(run))
+
+
+def _cell(run: Mapping[str, Any]) -> tuple[str, str]:
+    return run["config"]["kernel"], run["config"].get("tail_regime", "paper")
+
+
+def endpoints(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, dict[int, float]]]:
+    """{(kernel, regime): {seed: {training N: run_endpoint}}}, every run (NaN and inf kept: :func:`slopes`
+    leaves their seeds out)."""
+    out: dict[tuple[str, str], dict[int, dict[int, float]]] = {}
+    for r in runs:
+        out.setdefault(_cell(r), {}).setdefault(r["config"]["seed"], {})[r["config"]["n_points"]] = run_endpoint(r)
+    return out
+
+
+def slopes(ends: Mapping[Any, Mapping[int, Mapping[int, float]]]) -> dict[Any, dict[int, float]]:
+    """Per cell and seed, the least-squares slope of the endpoint on log2 N (log excess per doubling), from
+    ``{cell: {seed: {N: endpoint}}}``; a seed with fewer than two N or a non-finite endpoint has none."""
+    return {cell: C.per_seed_slopes(by_seed) for cell, by_seed in ends.items()}
+
+
+def confirm(runs: Sequence[Mapping[str, Any]], seeds: Sequence[int] = SEEDS) -> dict[str, Any]:
+    """The pre-registered decision on the runs of the deciding cells with the registered ``seeds`` (others are
+    not part of the test and are ignored): :func:`confirm_verdict` of the per-seed :func:`slopes` over every
+    deciding cell (one without runs is undecided, so the Bonferroni level stays that of all cells), with
+    ``left_out``: per cell, the runs without a finite endpoint as (seed, N, endpoint) and the seeds without a
+    slope. Not run when no run is of the test."""
+    cells, registered = deciding_cells(), set(seeds)
+    mine = [r for r in runs if _cell(r) in cells and r["config"]["seed"] in registered]
+    if not mine:
+        return {**confirm_verdict({}), "left_out": {}}
+    ends = endpoints(mine)
+    per_seed = slopes(ends)
+    left_out = {}
+    for cell in cells:
+        by_seed = ends.get(cell, {})
+        at_floor = [(s, n, v) for s, row in sorted(by_seed.items()) for n, v in sorted(row.items())
+                    if not math.isfinite(v)]
+        missing = sorted(set(by_seed) - set(per_seed.get(cell, {})))
+        if at_floor or missing:
+            left_out[cell] = {"runs": at_floor, "seeds": missing}
+    verdict = confirm_verdict({cell: list(per_seed.get(cell, {}).values()) for cell in cells})
+    return {**verdict, "slopes": {cell: per_seed.get(cell, {}) for cell in cells}, "left_out": left_out}
+
+
+def stratum_slopes(runs: Sequence[Mapping[str, Any]], strata: int = 2) -> dict[tuple[str, str, int], dict[int, float]]:
+    """Exploratory, not part of the registered decision: per (kernel, regime, stratum of the heavier-axis tail
+    index, :func:`stratum_of`) and seed, the slope on log2 N of :func:`excess_endpoint` over the trials of that
+    stratum only (about T / ``strata`` of each run's T). Trials whose a is near the range's low end violate App.
+    A's condition first, so growth confined to them is what this reads. Mirrored Pareto runs only."""
+    ends: dict[tuple[str, str, int], dict[int, dict[int, float]]] = {}
+    for r in runs:
+        kernel, regime = _cell(r)
+        records = _records(r)
+        if "tail_index" not in records[0]:
+            raise ValueError(f"run {r.get('name')!r} drew no tail index per trial (marginals "
+                             f"{r['config'].get('marginals')!r}): strata of a need mirrored Pareto marginals")
+        groups: dict[int, list[dict[str, Any]]] = {}
+        for rec in records:
+            groups.setdefault(stratum_of(rec["tail_index"][HEAVIER_AXIS], regime, strata), []).append(rec)
+        for k, group in groups.items():
+            ends.setdefault((kernel, regime, k), {}).setdefault(r["config"]["seed"], {})[r["config"]["n_points"]] = (
+                _excess(group))
+    return slopes(dict(sorted(ends.items())))
 
 
 def stratum_of(a: float, regime: str, strata: int = 2) -> int:

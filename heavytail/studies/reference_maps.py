@@ -43,6 +43,9 @@ class MapSpec:
     # The trace series shipped with each run (None: all). A map whose readers draw only some keeps the file small
     # enough to review and to hold more runs.
     trace_keys: tuple[str, ...] | None = None
+    # Whether the runs keep their per-trial evaluation records (heavytail.studies.kernel_gap.trial_records): only
+    # a map whose readers score trials does; the records would be most of every other map's size.
+    per_trial: bool = False
 
 
 # What the converged-gap notebook draws from a run's trace (its validation curve), with the training loss and the
@@ -67,6 +70,11 @@ MAPS = {
                              _CONVERGED_TRACE),
     "ladder": MapSpec("collapse_ladder.json", "params/grid_collapse_ladder.yaml", "collapse ladder",
                       "softmax and log-ELU from the CPU recipe to Table 3's model and precision, 6,000 steps"),
+    # Its endpoint reads the per-trial records and no trace; 280 runs of 64 trials fit the size of a shipped map
+    # (2 MiB) only without the traces.
+    "phase-confirm": MapSpec("phase_confirm.json", "params/grid_phase_confirm.yaml", "confirmatory phase map",
+                             "the pre-registered test of App. A's boundary: its four deciding cells, N = 256-8192, "
+                             "seeds 100-119, with per-trial records", (), per_trial=True),
     "subnormal-ab": MapSpec("subnormal_ab.json", "params/grid_subnormal_ab.yaml", "subnormal A/B",
                             "the design recipe at N = 1024 with and without flushing subnormals, 8 seeds"),
 }
@@ -245,6 +253,11 @@ def merged_runs(fresh: Sequence[dict[str, Any]], shipped: Sequence[dict[str, Any
     return runs, len(kept)
 
 
+def without_per_trial(run: dict[str, Any]) -> dict[str, Any]:
+    """``run`` without its per-trial records (the same run when it holds none)."""
+    return {k: v for k, v in run.items() if k != "per_trial"} if "per_trial" in run else run
+
+
 def with_trace_keys(run: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
     """``run`` with only the trace series in ``keys`` (the same run when it holds no others)."""
     trace = run.get("trace") or {}
@@ -282,6 +295,8 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
     runs, kept = merged_runs(runs, _shipped_runs(out), [c.get("name") for c in record["configurations"]])
     if name in MAPS and MAPS[name].trace_keys is not None:
         runs = [with_trace_keys(r, MAPS[name].trace_keys) for r in runs]
+    if name in MAPS and not MAPS[name].per_trial:
+        runs = [without_per_trial(r) for r in runs]
     commits = check_shippable([p for r in runs for p in run_provenance(r)], allow_dirty=allow_dirty,
                               allow_mixed=allow_mixed)
     total = len(record["configurations"])
