@@ -98,16 +98,22 @@ def test_graded_collapse_compares_the_collapsed_share_at_the_training_n():
     assert found["gap-grows-at-train-n"]["verdict"] == C.REPRODUCED
 
 
-def test_run_summary_reads_a_real_run(tmp_path):
+def _trained_and_evaluated(tmp_path, **settings):
+    """A tiny run trained and evaluated in ``tmp_path``: (config, run folder, evaluation results)."""
     from heavytail.harness.evaluate import evaluate
     from heavytail.harness.train import train
 
-    cfg = RunConfig.from_dict(dict(kernel="softmax", attention_backend="sdpa", d_model=8, n_blocks=2, d_ff=16,
-                                   n_points=64, trials_per_step=2, steps=6, warmup_steps=1, eval_trials=4,
-                                   eval_n_points=128, eval_batch_trials=4, bootstrap_resamples=50,
-                                   checkpoint_every=3, log_every=2, track_attention=True, device="cpu"))
+    cfg = RunConfig.from_dict(dict(dict(d_model=8, d_ff=16, n_points=64, trials_per_step=2, warmup_steps=1,
+                                        eval_n_points=128, bootstrap_resamples=50, log_every=2, device="cpu"),
+                                   **settings))
     run_dir = train(cfg, tmp_path / "run", quiet=True)
-    evaluate(run_dir, floor_cache=tmp_path / "floors", quiet=True)
+    return cfg, run_dir, evaluate(run_dir, floor_cache=tmp_path / "floors", quiet=True)
+
+
+def test_run_summary_reads_a_real_run(tmp_path):
+    cfg, run_dir, _ = _trained_and_evaluated(tmp_path, kernel="softmax", attention_backend="sdpa", n_blocks=2,
+                                             steps=6, eval_trials=4, eval_batch_trials=4, checkpoint_every=3,
+                                             track_attention=True)
     summary = G.run_summary(run_dir)
     log = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert summary["skipped_steps"] == log[-1]["n_skipped"]
@@ -225,16 +231,11 @@ def test_windowed_share_counts_collapsed_logged_steps_per_window():
 def test_a_run_summary_keeps_the_per_trial_records_at_the_training_n_and_old_results_still_load(tmp_path):
     import numpy as np
 
-    from heavytail.harness.evaluate import evaluate
-    from heavytail.harness.train import train
     from heavytail.io import load_json, save_json
 
-    cfg = RunConfig.from_dict(dict(kernel="linear_elu", attention_backend="dense", d_model=8, n_blocks=1, d_ff=16,
-                                   n_points=64, trials_per_step=2, steps=4, warmup_steps=1, eval_trials=6,
-                                   eval_n_points=128, eval_batch_trials=3, bootstrap_resamples=50,
-                                   checkpoint_every=2, log_every=2, eval_at_train_n=True, device="cpu"))
-    run_dir = train(cfg, tmp_path / "run", quiet=True)
-    results = evaluate(run_dir, floor_cache=tmp_path / "floors", quiet=True)
+    cfg, run_dir, results = _trained_and_evaluated(tmp_path, kernel="linear_elu", attention_backend="dense",
+                                                   n_blocks=1, steps=4, eval_trials=6, eval_batch_trials=3,
+                                                   checkpoint_every=2, eval_at_train_n=True)
     got = G.trial_records(G.run_summary(run_dir))
     want = results["at_train_n"]["per_trial"]
     assert len(got) == cfg.eval_trials and {r["n_points"] for r in got} == {64}
