@@ -358,10 +358,10 @@ class ComputedSpec:
 
 COMPUTED = {
     "phase-static": ComputedSpec(
-        "phase_static.json", "python -m heavytail.studies.phase_static --pilot outputs/reference/phase_static_pilot.json "
-        "--most 240 --work outputs/phase-static-work --output outputs/reference/phase_static.json",
+        "phase_static.json", "python -m heavytail.studies.phase_static --pilot outputs/reference/phase_static.json "
+        "--most 3000 --work outputs/phase-static-work --output outputs/reference/phase_static.json",
         "static reference", "growth exponent of one query's attention output, every kernel x 9 tail indices, "
-        "N = 2^10 .. 2^20, 64-240 repetitions per tail index (App. A)"),
+        "N = 2^10 .. 2^20, repetitions per tail index sized from the previous reference's spread (App. A)"),
     "phase-fixed-weight": ComputedSpec(
         "phase_fixed_weight.json", "python -m heavytail.studies.fixed_weight outputs/phase-fixed/<run> ... "
         "--output outputs/reference/phase_fixed_weight.json", "fixed-weight measurements",
