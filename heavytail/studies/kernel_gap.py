@@ -29,13 +29,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from heavytail.harness.rundir import RunDir
 from heavytail.io import load_json
-from heavytail.names import BACKEND_LABELS, KERNEL_COLORS, kernel_names
+from heavytail.names import BACKEND_LABELS, KERNEL_COLORS, kernel_names, variant_of
+# The variants the claims compare (heavytail.names): softmax through SDPA's flash-style backward, softmax through
+# exact float32 attention, and the slowest-growing kernel of Table 1.
+from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA  # noqa: F401  (re-exported)
 
-# The variants the claims compare: softmax through SDPA's flash-style backward, softmax through exact
-# float32 attention, and the slowest-growing kernel of Table 1.
-SOFTMAX_SDPA = ("softmax", "sdpa")
-SOFTMAX_EXACT = ("softmax", "tiled")
-LOG_ELU = ("log_elu", "auto")
 AT = ("common", "train")  # where a ratio is read: the common evaluation N, or the run's own training N
 TRACE_KEYS = ("loss", "grad_norm", "collapsed_fraction")
 BLOCK_TRACE_KEYS = ("max_abs_score", "attn_entropy_ratio", "attn_max_weight", "qk_spectral_norm", "grad_norm")
@@ -52,13 +50,8 @@ _DISTANCE_DIGITS, _PARAM_DIGITS = 9, 4
 
 
 def variant(config: Mapping[str, Any]) -> tuple[str, str]:
-    """(kernel, attention path) of a run; softmax under ``auto`` is SDPA (heavytail.science.attention)."""
-    kernel, backend = config["kernel"], config.get("attention_backend", "auto")
-    if kernel == "softmax" and backend == "auto":
-        backend = "sdpa"
-    if kernel != "softmax":
-        backend = "auto"  # the slower kernels' paths are all exact float32 (tests/test_attention.py)
-    return kernel, backend
+    """(kernel, attention path) of a run (:func:`heavytail.names.variant_of`); softmax under ``auto`` is SDPA."""
+    return variant_of(config["kernel"], config.get("attention_backend", "auto"))
 
 
 def variant_name(v: tuple[str, str]) -> str:
