@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from heavytail.harness.rundir import RunDir
-from heavytail.io import load_json
+from heavytail.studies.grid_folder import GRID_JSON, finished_runs
 from heavytail.names import BACKEND_LABELS, KERNEL_COLORS, kernel_names, variant_of
 # The variants the claims compare (heavytail.names): softmax through SDPA's flash-style backward, softmax through
 # exact float32 attention, and the slowest-growing kernel of Table 1.
@@ -77,14 +77,15 @@ def _sig(x: Any, digits: int = 4) -> Any:
     return x
 
 
-def run_summary(run_dir: str | Path) -> dict[str, Any]:
+def run_summary(run_dir: str | Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The small record of one finished run: configuration, final loss, ratios with intervals, collapse
     label and onset, skipped steps, the collapse precursors logged per block (App. I) and, where evaluation
-    kept them, the per-trial records at the training N (:func:`trial_columns`)."""
+    kept them, the per-trial records at the training N (:func:`trial_columns`). ``results``: its
+    ``results.json`` when the caller has read it already."""
     from heavytail.science.collapse import collapse_onset, rolling_median
 
     run = RunDir(run_dir)
-    results, log = run.results(), run.training_log()
+    results, log = (run.results() if results is None else results), run.training_log()
     config = results["config"]
     losses = [row["loss"] for row in log if not row.get("skipped")]
     tail = max(1, len(losses) // 10)
@@ -209,18 +210,13 @@ def onset_window(log: Sequence[Mapping[str, Any]], keys: Sequence[str] = BLOCK_T
 
 
 def collect(grid_dir: str | Path) -> list[dict[str, Any]]:
-    """Summaries of every finished configuration the grid's record (``grid.json``) lists."""
+    """Summaries (:func:`run_summary`) of the finished runs of a grid's folder, in the grid's order: the runs
+    :func:`heavytail.studies.grid_folder.finished_runs` counts, the same the summary notebook reads. [] when the
+    folder holds no ``grid.json`` (or does not exist): a map is a grid's runs, and only its record says which."""
     grid_dir = Path(grid_dir)
-    record_path = grid_dir / "grid.json"
-    if not record_path.is_file():
+    if not (grid_dir / GRID_JSON).is_file():
         return []
-    record = load_json(record_path)
-    out = []
-    for entry in record.get("configurations", []):
-        run_dir = grid_dir / entry["run_dir"]
-        if entry.get("status") in ("ok", "skipped") and RunDir(run_dir).has_results():
-            out.append(run_summary(run_dir))
-    return out
+    return [run_summary(r.run_dir, r.results) for r in finished_runs(grid_dir).runs]
 
 
 # ------------------------------------------------------------------------------------ aggregation
