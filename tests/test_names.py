@@ -94,7 +94,7 @@ def test_a_new_kernel_trains_evaluates_and_has_a_colour(new_kernel, tmp_path):
     summ = kernel_gap.run_summary(run)
     table = kernel_gap.table(kernel_gap.cells([summ]))
     assert [row["variant"] for row in table["rows"]] == [new_kernel]
-    assert kernel_gap.variant_color(kernel_gap.variant(summ["config"])) == "tab:pink"
+    assert kernel_gap.variant_color(kernel_gap.variant(summ)) == "tab:pink"
     assert new_kernel in summary.runs_table(summary.collect_runs(tmp_path).runs)["rows"][0]["run"]
     kernel_gap_plots.gap_figure([summ])  # draws without a paper value for it
 

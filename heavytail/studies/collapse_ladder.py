@@ -96,7 +96,7 @@ def ladder_cells(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, tuple[str
     for r in runs:
         rung = rung_of(r["config"])
         if rung is not None:
-            out.setdefault((rung, variant(r["config"])), []).append(r)
+            out.setdefault((rung, variant(r)), []).append(r)
     return {k: sorted(v, key=lambda r: r["config"]["seed"]) for k, v in out.items()}
 
 

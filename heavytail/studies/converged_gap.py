@@ -87,7 +87,7 @@ def select_lr(runs: Sequence[Mapping[str, Any]], seeds: Sequence[int] = SELECT_S
     groups: dict[tuple[tuple[str, str], int], dict[float, list[Mapping[str, Any]]]] = {}
     for r in runs:
         if r["config"]["seed"] in seeds:
-            key = (variant(r["config"]), int(r["config"]["n_points"]))
+            key = (variant(r), int(r["config"]["n_points"]))
             groups.setdefault(key, {}).setdefault(float(r["config"]["lr"]), []).append(r)
     out = []
     for (v, n), by_lr in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
@@ -169,7 +169,7 @@ def findings(runs: Sequence[Mapping[str, Any]], design_runs: Sequence[Mapping[st
             continue
         for v, tag, short in ((SOFTMAX_SDPA, "", "softmax (SDPA)"), (SOFTMAX_EXACT, "-exact", "exact softmax")):
             d, slopes, left_out = excess_growth(rs, v, min_seeds)
-            used = [r for r in rs if variant(r["config"]) in (v, LOG_ELU) and r["config"]["seed"] in slopes]
+            used = [r for r in rs if variant(r) in (v, LOG_ELU) and r["config"]["seed"] in slopes]
             out.append(C.make_claim(
                 f"{cid}-excess-grows{tag}",
                 f"Floor-free gap grows with N {label}: {short}'s excess over the floor vs log-ELU's",
@@ -182,7 +182,7 @@ def findings(runs: Sequence[Mapping[str, Any]], design_runs: Sequence[Mapping[st
     for n in sizes(cs):
         pair = paired_ratio(cs, SOFTMAX_SDPA, LOG_ELU, n)
         d = C.equivalence_rule([math.log(x) for x in pair.values()], min_seeds=MIN_DECIDING_SEEDS)
-        used = [r for r in deciding if variant(r["config"]) in (SOFTMAX_SDPA, LOG_ELU) and r["config"]["n_points"] == n]
+        used = [r for r in deciding if variant(r) in (SOFTMAX_SDPA, LOG_ELU) and r["config"]["n_points"] == n]
         lrs = ", ".join(f"{variant_name(v)} {cs[(v, n)].runs[0]['config']['lr']:g}"
                         for v in (SOFTMAX_SDPA, LOG_ELU) if (v, n) in cs)
         out.append(C.make_claim(

@@ -234,7 +234,7 @@ def cross_check(own: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[st
         mine = [ratio_at(r) for r in own if key(r) == k]
         theirs = ref.get(k, [])
         example = next(r for r in own if key(r) == k)
-        row = {"cell": f"{variant_name(variant(example['config']))}, N = {example['config']['n_points']}",
+        row = {"cell": f"{variant_name(variant(example))}, N = {example['config']['n_points']}",
                "this report": _list(mine), "map": _list(theirs) if theirs else "not in the map"}
         if theirs:
             m, n = len(mine), len(theirs)
