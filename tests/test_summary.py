@@ -186,6 +186,26 @@ def test_the_paper_values_are_read_back_in_table_order():
     assert PN.paper_value("matrix_inverse", "mirrored_pareto", "post", "squared_elu", False, "median") == "3.423"
 
 
+def test_the_claims_quote_the_papers_values_from_the_one_table_of_them():
+    from heavytail.names import SLOWER_KERNELS
+    from heavytail.studies import collapse_ladder, converged_gap, kernel_gap_claims
+
+    assert PN.paper_range("sheared_swap", SLOWER_KERNELS, False) == "0.980-1.174"
+    assert PN.paper_range("matrix_inverse", SLOWER_KERNELS, True) == "1.135-1.167"
+    assert PN.paper_range("sheared_swap", S.KERNELS, (False, True), "gaussian") == "1.051-1.147"
+    with pytest.raises(ValueError, match="collapse"):
+        PN.paper_range("sheared_swap", S.KERNELS, False)
+    assert PN.paper_gap() == "softmax collapses at N = 16384 while log-ELU reaches 1.006 (Table 5)"
+    paper = {c.id: c.paper for c in AC._claims()}
+    assert paper["slower-avoid-collapse-matrix_inverse"] == "no collapse; median ratios 1.295-3.423"
+    assert paper["symlog-lowers-slower-sheared_swap"] == "median ratios 0.767-0.863 (from 0.980-1.174)"
+    assert paper["symlog-softmax-matrix-inverse"] == "no collapse, median ratio 1.120"
+    assert paper["gaussian-similar"] == "median ratios 1.051-1.147, all bold"
+    for found in (kernel_gap_claims.findings([]), converged_gap.findings([], [])):
+        assert {f["paper"] for f in found if "excess-grows" in f["id"] or "gap-grows" in f["id"]} == {PN.paper_gap()}
+    assert collapse_ladder.PAPER_ONSET is PN.PAPER_ONSET == {False: 3500, True: 4500}
+
+
 def test_the_comparison_table_renders_the_papers_bold_as_html_not_markdown():
     aggs = S.aggregate(paper_like_grid())
     html_ = S.to_html(S.comparison_table(aggs, "median"))

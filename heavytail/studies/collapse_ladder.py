@@ -39,6 +39,7 @@ from typing import Any, Callable, Mapping, Sequence
 from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_F32, SOFTMAX_SDPA
 from heavytail.studies import claims as C
 from heavytail.studies.kernel_gap import collapsed_steps, map_extent, variant  # noqa: F401  (variant: re-exported)
+from heavytail.studies.paper_numbers import PAPER_ONSET
 
 NOTEBOOK = "09_collapse_ladder"
 # A verdict at a rung needs this many seeds per kernel: a paired sign-flip test on 5 untied seeds cannot go
@@ -48,7 +49,6 @@ MIN_SEEDS = 6
 # SOFTMAX_EXACT R1's exact float32 softmax (the 3,000-step grid).
 VARIANT_LABELS = {SOFTMAX_SDPA: "softmax (SDPA)", SOFTMAX_F32: "softmax (float32 attention)",
                   SOFTMAX_EXACT: "softmax (exact float32)", LOG_ELU: "log-ELU"}
-PAPER_ONSET = {False: 3500, True: 4500}  # App. I, Fig. 13: step of the loss divergence without / with symlog
 
 
 @dataclass(frozen=True)

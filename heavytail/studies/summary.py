@@ -50,8 +50,8 @@ from heavytail.studies.grid_folder import finished_runs, grid_status  # noqa: F4
 from heavytail.studies.paper_numbers import paper_value
 from heavytail.studies.tables import cell_text, fmt_ratio, fmt_sci, records, to_html  # noqa: F401  (re-exported)
 
-from heavytail.names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, KERNEL_LABELS, KERNELS, MARGINAL_LABELS, NORM_LABELS,
-                    TRANSFORM_LABELS)
+from heavytail.names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, BENCHMARKS, KERNEL_LABELS, KERNELS,  # noqa: F401
+                             MARGINAL_LABELS, NORM_LABELS, TRANSFORM_LABELS)
 from heavytail.names import NORM_TABLE_ORDER as NORMS  # the paper's table order: pre-norm rows above post-norm rows
 from heavytail.names import RATIO_STATISTICS as STATISTICS
 # Settings that change how a run is executed but not its results; runs differing only in these and in
