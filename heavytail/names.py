@@ -139,6 +139,43 @@ def backend_refusal(backend: str, kernel: str) -> str | None:
     return f"computes {', '.join(only)} only, got kernel={kernel!r}; use one of {general}"
 
 
+def label_backends(label: str) -> tuple[str, ...]:
+    """The backends a recorded attention label names, in order, each once. A run records the paths that computed
+    its attention as ``+``-joined labels (:func:`heavytail.harness.train.backend_label`), each a backend or a
+    backend with its options after a colon (``"flash:native"``, ``"flex:blocks64"``: the candidates of
+    :func:`heavytail.science.attention.auto_candidates`): ``"flex+flash:eager"`` -> ``("flex", "flash")``.
+    ValueError for a part that names no backend, or ``"auto"`` (a record names what ran, never the choice)."""
+    found = []
+    for part in label.split("+"):
+        backend = part.split(":", 1)[0]
+        if backend not in BACKEND_ROWS or backend == "auto":
+            raise ValueError(f"attention label {label!r}: {part!r} names no backend that ran; "
+                             f"backends: {', '.join(b for b in BACKENDS if b != 'auto')}")
+        found.append(backend)
+    return tuple(dict.fromkeys(found))
+
+
+# --------------------------------------------------------------------------------------- variants
+# A variant is what the studies group runs by: (kernel, attention path). Softmax's runs are split by the path
+# (SDPA's flash-style backward loses every digit once |S| ~ 1e8, exact float32 does not, App. I); the slower
+# kernels' gradients are accurate on every path (tests/test_attention.py), so each of them is one variant,
+# whatever path ran, with the path "auto".
+PATH_KERNELS = ("softmax",)  # the kernels whose variants are split by attention path
+AUTO_PATH = "sdpa"  # what "auto" runs for softmax: the fused library kernel first (attention.auto_candidates)
+SOFTMAX_SDPA = ("softmax", "sdpa")  # softmax through SDPA (FlashAttention on CUDA): "auto" for softmax
+SOFTMAX_EXACT = ("softmax", "tiled")  # softmax through exact float32 attention (tiled, checkpointed)
+SOFTMAX_F32 = ("softmax", "flash")  # softmax's attention in float32 under bf16 autocast (the hand-written path)
+LOG_ELU = ("log_elu", "auto")  # the slowest-growing kernel of Table 1
+
+
+def variant_of(kernel: str, path: str = "auto") -> tuple[str, str]:
+    """The variant of a run of ``kernel`` whose attention ran on ``path`` (a backend; ``"auto"``: whichever
+    ``"auto"`` picks, SDPA for softmax): (kernel, path) for softmax, (kernel, "auto") for every other kernel."""
+    if kernel not in PATH_KERNELS:
+        return (kernel, "auto")
+    return (kernel, AUTO_PATH if path == "auto" else path)
+
+
 # ---------------------------------------------------------------------------------------- models
 NORMS = ("post", "pre")
 NORM_TABLE_ORDER = ("pre", "post")  # the paper's tables list pre-norm rows above post-norm rows
@@ -237,6 +274,9 @@ def _check() -> None:
         raise AssertionError(f"heavytail.names: two kernels share a colour in {dict(KERNEL_COLORS)}")
     if any(row.arithmetic not in ARITHMETICS for row in BACKEND_ROWS.values()):
         raise AssertionError(f"heavytail.names: every backend's arithmetic must be one of {ARITHMETICS}")
+    for v in (SOFTMAX_SDPA, SOFTMAX_EXACT, SOFTMAX_F32, LOG_ELU):
+        if v[0] not in KERNEL_ROWS or v[1] not in BACKEND_ROWS or variant_of(*v) != v:
+            raise AssertionError(f"heavytail.names: variant {v} is not a (kernel, path) that variant_of returns")
     if set(NORM_TABLE_ORDER) != set(NORMS):
         raise AssertionError("heavytail.names: the table order must cover every norm")
     for regime, axes in TAIL_REGIMES.items():

@@ -150,7 +150,7 @@ for norm, numbers in (("post", (2, 3)), ("pre", (8, 9))):
         display(Markdown(f"*No {summary.NORM_LABELS[norm]} runs in this grid: Figures {numbers[0]} and {numbers[1]} "
                          f"are not drawn.*"))
         continue
-    for benchmark, number in zip(("sheared_swap", "matrix_inverse"), numbers):
+    for benchmark, number in zip(summary.BENCHMARKS, numbers):
         if not any(a["benchmark"] == benchmark for a in present):
             display(Markdown(f"*No {summary.NORM_LABELS[norm]} {summary.BENCHMARK_LABELS[benchmark]} runs: Figure {number} not drawn.*"))
             continue
@@ -190,7 +190,7 @@ for benchmark, number in (("sheared_swap", 7), ("matrix_inverse", 8)):
 # the estimator's own error at that N, the floor a model can be judged against.
 
 # %%
-for benchmark in ("sheared_swap", "matrix_inverse"):
+for benchmark in summary.BENCHMARKS:
     if not any(a["benchmark"] == benchmark and a.get("hill_curve") for a in aggs):
         display(Markdown(f"*No {summary.BENCHMARK_LABELS[benchmark]} Hill curves (no mirrored Pareto runs).*"))
         continue

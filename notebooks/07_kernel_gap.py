@@ -144,7 +144,7 @@ if converged_runs:
 else:  # until the deciding seeds exist, the selection seeds at their chosen rates (they decide nothing)
     chosen = {(s.variant, s.n_points): s.lr for s in selections}
     recipes = {"design recipe": design, "selection seeds 0-2, chosen lr": [
-        r for r in select_runs if chosen.get((kernel_gap.variant(r["config"]), r["config"]["n_points"])) == r["config"]["lr"]]}
+        r for r in select_runs if chosen.get((kernel_gap.variant(r), r["config"]["n_points"])) == r["config"]["lr"]]}
 art.save_figure(converged_gap_plots.recipes_figure(recipes), "converged_gap_vs_n")
 stops = [r.get("stop", {}).get("stop_reason") for r in [*select_runs, *converged_runs]]
 display(Markdown(

@@ -310,7 +310,7 @@ from heavytail.studies.kernel_gap import collect
 
 shown = collect(root / hill_runs_dir) if (root / hill_runs_dir).is_dir() else []
 n_top = max((r["config"]["n_points"] for r in shown), default=None)
-hill_runs = {f"{kernel_gap.variant_name(kernel_gap.variant(r['config']))}, N = {n_top}": root / hill_runs_dir / r["name"]
+hill_runs = {f"{kernel_gap.variant_name(kernel_gap.variant(r))}, N = {n_top}": root / hill_runs_dir / r["name"]
              for r in shown if r["config"]["seed"] == 0 and r["config"]["n_points"] == n_top}
 if hill_runs:
     art.save_figure(phase_plots.hill_plot_figure(hill_runs), "hill_plots")

@@ -122,6 +122,69 @@ def test_run_summary_reads_a_real_run(tmp_path):
     assert summary["blocks"][0]["max_abs_score"] == max(row["blocks"][0]["max_abs_score"] for row in log if row.get("blocks"))
     assert summary["blocks"][0]["max_abs_score"] > 0 and summary["blocks"][0]["max_qk_spectral_norm"] > 0
     assert RunConfig.from_dict(summary["config"]) == cfg
+    # the record says which attention computed the run, as training and evaluation recorded it
+    assert summary["attention"] == {"train": "sdpa", "eval": "sdpa"}
+    assert G.recorded_variant(summary) == G.variant(summary) == G.SOFTMAX_SDPA
+
+
+def _recorded(run, train, evaluated=None):
+    return dict(run, attention={"train": train, "eval": evaluated or train})
+
+
+def test_a_run_is_grouped_by_the_attention_path_it_recorded_and_a_disagreeing_record_is_an_error():
+    soft_auto, soft_tiled, slow = _run("softmax", "auto", 64, 0, 2.0), _run("softmax", "tiled", 64, 0, 2.0), \
+        _run("log_elu", "auto", 64, 0, 2.0)
+    # older summaries have no record: the path the configuration asks for, as before
+    assert [G.variant(r) for r in (soft_auto, soft_tiled, slow)] == [G.SOFTMAX_SDPA, G.SOFTMAX_EXACT, G.LOG_ELU]
+    assert G.variant(soft_auto["config"]) == G.SOFTMAX_SDPA  # a bare configuration: the same rule
+    # the labels training records map onto the same variants
+    assert G.variant(_recorded(soft_auto, "sdpa")) == G.SOFTMAX_SDPA
+    assert G.variant(_recorded(soft_tiled, "tiled")) == G.SOFTMAX_EXACT
+    for label in ("flash:native", "flex", "flex:blocks64+flash", "tiled"):
+        assert G.variant(_recorded(slow, label)) == G.LOG_ELU, label
+    # softmax under auto that fell back from SDPA to tiled ran exact attention: not silently an SDPA run
+    fell_back = _recorded(soft_auto, "tiled")
+    with pytest.raises(G.PathMismatch, match=r"asks for attention_backend='auto' \(softmax, SDPA.*ran 'tiled'"):
+        G.variant(fell_back)
+    with pytest.raises(G.PathMismatch, match="2 variants"):
+        G.variant(_recorded(soft_auto, "sdpa+tiled"))
+    with pytest.raises(G.PathMismatch, match="names no backend"):
+        G.variant(_recorded(slow, "cudnn"))
+    with pytest.raises(G.PathMismatch):
+        G.cells([soft_tiled, fell_back])  # every claim groups through variant()
+    found = G.path_mismatches([soft_auto, _recorded(soft_tiled, "tiled"), fell_back])
+    assert len(found) == 1 and "ran 'tiled'" in found[0]
+
+
+def test_shipping_refuses_a_run_whose_recorded_attention_path_is_not_its_configurations(tmp_path, monkeypatch):
+    clean = {"commit": "a" * 40, "dirty": False}
+    runs = [dict(_recorded(_run("softmax", "auto", 64, s, 2.0), "tiled" if s == 1 else "sdpa"),
+                 name=f"c{s}", provenance=[clean]) for s in range(2)]
+    with pytest.raises(ValueError, match=r"1 run\(s\) .* ran another attention path.*run c1"):
+        _shipping(tmp_path, monkeypatch, "gap-design", runs)
+    assert not (tmp_path / "gap-design.json").exists()
+
+
+def _variant_before(config):
+    """kernel_gap.variant as it was before runs recorded their path (a frozen copy: the shipped maps' groups)."""
+    kernel, backend = config["kernel"], config.get("attention_backend", "auto")
+    if kernel == "softmax" and backend == "auto":
+        backend = "sdpa"
+    if kernel != "softmax":
+        backend = "auto"
+    return kernel, backend
+
+
+def _label_trained(config):
+    """The label training records for a configuration: the backend it asks for, or auto's first choice."""
+    import torch
+
+    from heavytail.science.attention import auto_candidates
+
+    backend = config.get("attention_backend", "auto")
+    if backend != "auto":
+        return [backend]
+    return [auto_candidates(config["kernel"], device, torch.float32)[0].label for device in ("cpu", "cuda")]
 
 
 def _spec_configs(grid_file):
@@ -138,6 +201,20 @@ def test_the_report_grid_is_a_subset_of_the_design_map():
 
 # Maps whose grids are still running are not shipped yet; those that decide the README's claims must be.
 SHIPPED = sorted(name for name in R.MAPS if R.path_of(name, ROOT).is_file())
+SHIPPED_RUNS = [name for name in SHIPPED if R.load(name, ROOT)["runs"]]
+
+
+@pytest.mark.parametrize("name", SHIPPED_RUNS)
+def test_every_shipped_run_keeps_its_variant_with_or_without_a_recorded_path(name):
+    """No verdict printed from a shipped map moves: each run's variant is what it was before runs recorded their
+    attention path, from its record where it has one, and from the label its configuration makes training record."""
+    runs = R.load(name, ROOT)["runs"]
+    assert runs
+    for r in runs:
+        assert G.variant(r) == _variant_before(r["config"]), r["name"]
+        for label in _label_trained(r["config"]):
+            assert G.variant(_recorded(r, label)) == _variant_before(r["config"]), (r["name"], label)
+    assert G.path_mismatches(runs) == []
 
 
 def test_the_maps_behind_the_readme_are_shipped_and_every_grid_file_exists():

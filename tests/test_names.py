@@ -94,7 +94,7 @@ def test_a_new_kernel_trains_evaluates_and_has_a_colour(new_kernel, tmp_path):
     summ = kernel_gap.run_summary(run)
     table = kernel_gap.table(kernel_gap.cells([summ]))
     assert [row["variant"] for row in table["rows"]] == [new_kernel]
-    assert kernel_gap.variant_color(kernel_gap.variant(summ["config"])) == "tab:pink"
+    assert kernel_gap.variant_color(kernel_gap.variant(summ)) == "tab:pink"
     assert new_kernel in summary.runs_table(summary.collect_runs(tmp_path).runs)["rows"][0]["run"]
     kernel_gap_plots.gap_figure([summ])  # draws without a paper value for it
 
@@ -176,3 +176,45 @@ def test_hill_k_is_floor_phi_n_and_refuses_an_empty_threshold():
 def test_variant_labels_name_the_attention_path():
     assert names.variant_label("softmax") == "softmax"
     assert names.variant_label("softmax", "sdpa", "bf16") == "softmax, SDPA (flash-style backward), bf16"
+
+
+def _variant_literals(source: str) -> list[str]:
+    """Module-level assignments of a (kernel, backend) pair of string literals: a variant typed out again."""
+    import ast
+
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple) and len(node.value.elts) == 2:
+            pair = [e.value if isinstance(e, ast.Constant) else None for e in node.value.elts]
+            if pair[0] in names.KERNEL_ROWS and pair[1] in names.BACKEND_ROWS:
+                found.append(f"{ast.unparse(node.targets[0])} = {tuple(pair)}")
+    return found
+
+
+def test_the_variants_are_defined_once_in_the_names_module():
+    from pathlib import Path
+
+    from heavytail.studies import collapse_ladder, kernel_gap
+
+    for v in ("SOFTMAX_SDPA", "SOFTMAX_EXACT", "LOG_ELU"):
+        assert getattr(kernel_gap, v) is getattr(names, v) is getattr(collapse_ladder, v), v
+    assert collapse_ladder.SOFTMAX_F32 is names.SOFTMAX_F32
+    assert collapse_ladder.variant is kernel_gap.variant  # one rule from a configuration to its variant
+    package = Path(names.__file__).parent
+    copies = {str(p.relative_to(package)): found for p in sorted(package.rglob("*.py")) if p.name != "names.py"
+              if (found := _variant_literals(p.read_text()))}
+    assert not copies, f"variants typed outside heavytail.names: {copies}"
+    assert _variant_literals('X = ("softmax", "sdpa")\nY = ("a", "b")\n') == ["X = ('softmax', 'sdpa')"]  # can fail
+
+
+def test_a_variant_is_the_kernel_and_for_softmax_the_path():
+    assert names.variant_of("softmax") == names.variant_of("softmax", "sdpa") == names.SOFTMAX_SDPA
+    assert names.variant_of("softmax", "tiled") == names.SOFTMAX_EXACT
+    assert names.variant_of("softmax", "flash") == names.SOFTMAX_F32
+    assert names.variant_of("log_elu", "tiled") == names.variant_of("log_elu", "flex") == names.LOG_ELU
+    # recorded labels: '+'-joined candidates, options after a colon
+    assert names.label_backends("sdpa") == ("sdpa",)
+    assert names.label_backends("flex:blocks64+flash:native+flash") == ("flex", "flash")
+    for bad in ("auto", "sdpa+cudnn", ""):
+        with pytest.raises(ValueError, match="names no backend"):
+            names.label_backends(bad)

@@ -186,6 +186,26 @@ def test_the_paper_values_are_read_back_in_table_order():
     assert PN.paper_value("matrix_inverse", "mirrored_pareto", "post", "squared_elu", False, "median") == "3.423"
 
 
+def test_the_claims_quote_the_papers_values_from_the_one_table_of_them():
+    from heavytail.names import SLOWER_KERNELS
+    from heavytail.studies import collapse_ladder, converged_gap, kernel_gap_claims
+
+    assert PN.paper_range("sheared_swap", SLOWER_KERNELS, False) == "0.980-1.174"
+    assert PN.paper_range("matrix_inverse", SLOWER_KERNELS, True) == "1.135-1.167"
+    assert PN.paper_range("sheared_swap", S.KERNELS, (False, True), "gaussian") == "1.051-1.147"
+    with pytest.raises(ValueError, match="collapse"):
+        PN.paper_range("sheared_swap", S.KERNELS, False)
+    assert PN.paper_gap() == "softmax collapses at N = 16384 while log-ELU reaches 1.006 (Table 5)"
+    paper = {c.id: c.paper for c in AC._claims()}
+    assert paper["slower-avoid-collapse-matrix_inverse"] == "no collapse; median ratios 1.295-3.423"
+    assert paper["symlog-lowers-slower-sheared_swap"] == "median ratios 0.767-0.863 (from 0.980-1.174)"
+    assert paper["symlog-softmax-matrix-inverse"] == "no collapse, median ratio 1.120"
+    assert paper["gaussian-similar"] == "median ratios 1.051-1.147, all bold"
+    for found in (kernel_gap_claims.findings([]), converged_gap.findings([], [])):
+        assert {f["paper"] for f in found if "excess-grows" in f["id"] or "gap-grows" in f["id"]} == {PN.paper_gap()}
+    assert collapse_ladder.PAPER_ONSET is PN.PAPER_ONSET == {False: 3500, True: 4500}
+
+
 def test_the_comparison_table_renders_the_papers_bold_as_html_not_markdown():
     aggs = S.aggregate(paper_like_grid())
     html_ = S.to_html(S.comparison_table(aggs, "median"))
@@ -237,6 +257,64 @@ def test_collect_uses_finished_evaluated_runs_and_says_why_it_skipped_the_others
     assert math.isinf(next(r for r in got.runs if r.config["symlog"]).results["energy"]["mean"]["ratio"])
     with pytest.raises(FileNotFoundError, match="does not exist"):
         S.collect_runs(tmp_path / "nope")
+
+
+def _grid_folder(tmp_path):
+    """A grid folder with grid.json listing, in an order that is not name order: a finished run, a finished run
+    whose results are stale, one evaluated but recorded 'failed' (its notebook failed), a pending configuration
+    with no folder; and a folder grid.json does not list."""
+    import json
+
+    grid = tmp_path / "grid"
+    made = {}
+    for folder, kernel in (("z-soft", "softmax"), ("b-stale", "squared_elu"), ("c-failed", "linear_elu"),
+                           ("d-unlisted", "log_elu")):
+        made[folder] = fake_results(kernel=kernel)
+        _write_run(grid / folder, made[folder])
+    (grid / "b-stale" / "config.yaml").write_text(yaml.safe_dump(dict(made["b-stale"]["config"], steps=99)))
+    entries = [{"name": "z-soft", "run_dir": "z-soft", "status": "ok"},
+               {"name": "b-stale", "run_dir": "b-stale", "status": "skipped"},
+               {"name": "c-failed", "run_dir": "c-failed", "status": "failed", "error": "cell 3 raised"},
+               {"name": "e-pending", "run_dir": "e-pending", "status": "pending"}]
+    (grid / "grid.json").write_text(json.dumps({"grid": "g", "configurations": entries}))
+    return grid, made
+
+
+def test_both_readers_of_a_grid_folder_count_the_same_runs_and_skip_the_others_for_the_same_reasons(tmp_path):
+    from heavytail.studies import grid_folder, kernel_gap
+
+    grid, made = _grid_folder(tmp_path)
+    found = grid_folder.finished_runs(grid)
+    assert [r.name for r in found.runs] == ["z-soft"]
+    reasons = {s["run"]: s["reason"] for s in found.skipped}
+    assert set(reasons) == {"b-stale", "c-failed", "d-unlisted"}  # the pending one has no folder to skip
+    assert "stale" in reasons["b-stale"] and "steps" in reasons["b-stale"]
+    assert "'failed'" in reasons["c-failed"] and "cell 3 raised" in reasons["c-failed"]
+    assert "does not list it" in reasons["d-unlisted"]
+    # the summary's reader and the shipped maps' reader are that one reader
+    collected = S.collect_runs(grid)
+    assert [r.name for r in collected.runs] == [made["z-soft"]["name"]] and collected.skipped == found.skipped
+    assert [r["name"] for r in kernel_gap.collect(grid)] == ["z-soft"]
+    # the grid's order, not the folders' names, orders the runs (a shipped map keeps its order)
+    import json
+
+    record = json.loads((grid / "grid.json").read_text())
+    record["configurations"] = [dict(e, status="ok") for e in record["configurations"]]
+    record["configurations"].insert(0, {"name": "d-unlisted", "run_dir": "d-unlisted", "status": "ok"})
+    (grid / "grid.json").write_text(json.dumps(record))
+    assert [r["name"] for r in kernel_gap.collect(grid)] == ["d-unlisted", "z-soft", "c-failed"]
+    assert [r.name for r in S.collect_runs(grid).runs] == [made[k]["name"] for k in ("d-unlisted", "z-soft", "c-failed")]
+    # without grid.json the summary reads every folder (a stale one still skipped); the maps' reader reads nothing
+    (grid / "grid.json").unlink()
+    assert {s["run"] for s in S.collect_runs(grid).skipped} == {"b-stale"}
+    assert kernel_gap.collect(grid) == []
+
+
+def test_a_damaged_grid_record_is_refused_not_read_around(tmp_path):
+    grid, _ = _grid_folder(tmp_path)
+    (grid / "grid.json").write_text('{"grid": "g"}')
+    with pytest.raises(ValueError, match="not a grid record"):
+        S.collect_runs(grid)
 
 
 # ------------------------------------------------------------------------------------------ real runs

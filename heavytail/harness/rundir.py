@@ -170,12 +170,14 @@ class RunDir:
         record = _read_json(self.execution_path)
         return record if isinstance(record, dict) else None
 
-    def stale_results(self) -> str | None:
+    def stale_results(self, results: Mapping[str, Any] | None = None) -> str | None:
         """Why ``results.json`` does not belong to the run in ``config.yaml`` (None when it does, or when
-        either is absent): the staleness rule of :func:`same_run`."""
+        either is absent): the staleness rule of :func:`same_run`. ``results``: the file's contents when the
+        caller has read them already (they are read here otherwise)."""
         if not (self.has_results() and self.config_path.is_file()):
             return None
-        results = _read_json(self.results_path)
+        if results is None:
+            results = _read_json(self.results_path)
         if not isinstance(results, dict) or "config" not in results:
             return f"{RESULTS} is unreadable or has no configuration"
         try:

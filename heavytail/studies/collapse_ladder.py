@@ -36,20 +36,19 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_F32, SOFTMAX_SDPA
 from heavytail.studies import claims as C
-from heavytail.studies.kernel_gap import collapsed_steps, map_extent
+from heavytail.studies.kernel_gap import collapsed_steps, map_extent, variant  # noqa: F401  (variant: re-exported)
+from heavytail.studies.paper_numbers import PAPER_ONSET
 
 NOTEBOOK = "09_collapse_ladder"
 # A verdict at a rung needs this many seeds per kernel: a paired sign-flip test on 5 untied seeds cannot go
 # below p = 0.0625, and the rate rule's interval with 6 seeds and no collapse (0-0.46) is the first to exclude 1/2.
 MIN_SEEDS = 6
-SOFTMAX_SDPA = ("softmax", "sdpa")
-SOFTMAX_F32 = ("softmax", "flash")  # softmax's attention in float32 under bf16 autocast (hand-written path)
-LOG_ELU = ("log_elu", "auto")
-SOFTMAX_EXACT = ("softmax", "tiled")  # R1's exact float32 softmax (the 3,000-step grid)
+# The variants (heavytail.names): SOFTMAX_F32 is R3's softmax attention in float32 under bf16 autocast,
+# SOFTMAX_EXACT R1's exact float32 softmax (the 3,000-step grid).
 VARIANT_LABELS = {SOFTMAX_SDPA: "softmax (SDPA)", SOFTMAX_F32: "softmax (float32 attention)",
                   SOFTMAX_EXACT: "softmax (exact float32)", LOG_ELU: "log-ELU"}
-PAPER_ONSET = {False: 3500, True: 4500}  # App. I, Fig. 13: step of the loss divergence without / with symlog
 
 
 @dataclass(frozen=True)
@@ -91,21 +90,13 @@ def rung_of(config: Mapping[str, Any]) -> str | None:
     return next((r.name for r in RUNGS if r.test(full)), None)
 
 
-def variant(config: Mapping[str, Any]) -> tuple[str, str]:
-    """(kernel, attention path): softmax under ``auto`` is SDPA; every other kernel's path is ``auto``."""
-    kernel, backend = config["kernel"], config.get("attention_backend", "auto")
-    if kernel == "softmax":
-        return (kernel, "sdpa" if backend == "auto" else backend)
-    return (kernel, "auto")
-
-
 def ladder_cells(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, tuple[str, str]], list[Mapping[str, Any]]]:
     """Runs grouped by (rung, variant), each list ordered by seed; runs of no rung are left out."""
     out: dict[tuple[str, tuple[str, str]], list[Mapping[str, Any]]] = {}
     for r in runs:
         rung = rung_of(r["config"])
         if rung is not None:
-            out.setdefault((rung, variant(r["config"])), []).append(r)
+            out.setdefault((rung, variant(r)), []).append(r)
     return {k: sorted(v, key=lambda r: r["config"]["seed"]) for k, v in out.items()}
 
 

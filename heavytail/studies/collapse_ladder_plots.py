@@ -84,7 +84,7 @@ def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = Non
             partner = {x["config"]["seed"]: x for x in cs.get((rung, L.LOG_ELU), [])}.get(r["config"]["seed"])
             for ax, (key, label, log) in zip(axes.flat, ONSET_PANELS):
                 xs, ys = _series(r, key, block, "onset_window")
-                ax.plot([x - centre for x in xs], ys, color=_color(L.variant(r["config"])), lw=0.9, alpha=0.8)
+                ax.plot([x - centre for x in xs], ys, color=_color(L.variant(r)), lw=0.9, alpha=0.8)
                 if partner is not None:
                     xs, ys = _series(partner, key, block)
                     keep = [(x - centre, y) for x, y in zip(xs, ys) if abs(x - centre) <= width]

@@ -71,7 +71,7 @@ def validation_figure(select_runs: Sequence[Mapping], selections: Sequence[CG.Se
                              squeeze=False)
     for ax, n in zip(axes[0], ns):
         for r in select_runs:
-            v, cfg = variant(r["config"]), r["config"]
+            v, cfg = variant(r), r["config"]
             if cfg["n_points"] != n or chosen.get((v, n)) != cfg["lr"]:
                 continue
             tr = r.get("trace") or {}

@@ -17,7 +17,9 @@ aggregates them per (variant, N) across seeds (:func:`cells`); the claims are de
 too, at the run's own training N (``at="train"``). A summary also keeps the run's per-trial evaluation records at
 its training N (distance, the trial's own floor, its tail indices: :func:`trial_records`), for statistics of
 the excess over the floor that eq. 36's ratio of two medians cannot give; runs evaluated before evaluation
-kept them have none.
+kept them have none. And it keeps the attention paths the run's training and evaluation recorded
+(:func:`attention_paths`): a run is grouped by the path that ran (:func:`variant`), and a summary made before
+summaries kept it by the path its configuration asks for.
 """
 
 from __future__ import annotations
@@ -28,14 +30,12 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from heavytail.harness.rundir import RunDir
-from heavytail.io import load_json
-from heavytail.names import BACKEND_LABELS, KERNEL_COLORS, kernel_names
+from heavytail.studies.grid_folder import GRID_JSON, finished_runs
+from heavytail.names import BACKEND_LABELS, KERNEL_COLORS, kernel_names, label_backends, variant_of
+# The variants the claims compare (heavytail.names): softmax through SDPA's flash-style backward, softmax through
+# exact float32 attention, and the slowest-growing kernel of Table 1.
+from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA  # noqa: F401  (re-exported)
 
-# The variants the claims compare: softmax through SDPA's flash-style backward, softmax through exact
-# float32 attention, and the slowest-growing kernel of Table 1.
-SOFTMAX_SDPA = ("softmax", "sdpa")
-SOFTMAX_EXACT = ("softmax", "tiled")
-LOG_ELU = ("log_elu", "auto")
 AT = ("common", "train")  # where a ratio is read: the common evaluation N, or the run's own training N
 TRACE_KEYS = ("loss", "grad_norm", "collapsed_fraction")
 BLOCK_TRACE_KEYS = ("max_abs_score", "attn_entropy_ratio", "attn_max_weight", "qk_spectral_norm", "grad_norm")
@@ -51,14 +51,62 @@ TRIAL_PARAMS = ("tail_index", "std")
 _DISTANCE_DIGITS, _PARAM_DIGITS = 9, 4
 
 
-def variant(config: Mapping[str, Any]) -> tuple[str, str]:
-    """(kernel, attention path) of a run; softmax under ``auto`` is SDPA (heavytail.science.attention)."""
-    kernel, backend = config["kernel"], config.get("attention_backend", "auto")
-    if kernel == "softmax" and backend == "auto":
-        backend = "sdpa"
-    if kernel != "softmax":
-        backend = "auto"  # the slower kernels' paths are all exact float32 (tests/test_attention.py)
-    return kernel, backend
+class PathMismatch(ValueError):
+    """A run whose training recorded an attention path of another variant than its configuration asks for (softmax
+    under ``auto`` that fell back from SDPA to tiled, say): grouped by either, a claim would compare the wrong runs."""
+
+
+def configured_variant(config: Mapping[str, Any]) -> tuple[str, str]:
+    """The variant a configuration asks for (:func:`heavytail.names.variant_of`); softmax under ``auto`` is SDPA."""
+    return variant_of(config["kernel"], config.get("attention_backend", "auto"))
+
+
+def recorded_variant(run: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The variant of the attention path the run's training recorded (:func:`attention_paths`), or None for a
+    summary made before summaries kept it and a run whose training recorded none. PathMismatch when the record
+    names paths of two variants (softmax through SDPA for some shapes and tiled for others)."""
+    label = (run.get("attention") or {}).get("train")
+    if not label:
+        return None
+    kernel = run["config"]["kernel"]
+    try:
+        found = list(dict.fromkeys(variant_of(kernel, b) for b in label_backends(label)))
+    except ValueError as err:
+        raise PathMismatch(f"run {run.get('name', '?')}: {err}") from None
+    if len(found) > 1:
+        raise PathMismatch(f"run {run.get('name', '?')}: its training recorded the attention paths {label!r}, which "
+                           f"are {len(found)} variants ({', '.join(map(variant_name, found))}): it belongs to none")
+    return found[0]
+
+
+def variant(run: Mapping[str, Any]) -> tuple[str, str]:
+    """(kernel, attention path) of a run summary, what the claims group runs by: the path its training recorded
+    (:func:`recorded_variant`), or for a summary that has none (made before summaries kept it) the path its
+    configuration asks for (:func:`configured_variant`). A bare configuration is read as the latter. A recorded
+    path of another variant than the configuration's is a :class:`PathMismatch`, never silently regrouped."""
+    if "config" not in run:  # a configuration, not a run summary (no configuration key is called "config")
+        return configured_variant(run)
+    configured, ran = configured_variant(run["config"]), recorded_variant(run)
+    if ran is not None and ran != configured:
+        asked = run["config"].get("attention_backend", "auto")
+        raise PathMismatch(
+            f"run {run.get('name', '?')}: its configuration asks for attention_backend={asked!r} "
+            f"({variant_name(configured)}) but its training ran {run['attention']['train']!r} ({variant_name(ran)}); "
+            "the claims compare runs by the path that ran: re-run it where that path runs, or leave it out")
+    return ran or configured
+
+
+def path_mismatches(runs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Why each run whose recorded attention path is not its configuration's variant cannot be grouped (the
+    :class:`PathMismatch` of :func:`variant`); [] when every run's record agrees or predates the record."""
+    out = []
+    for r in runs:
+        if (r.get("attention") or {}).get("train"):
+            try:
+                variant(r)
+            except PathMismatch as err:
+                out.append(str(err))
+    return out
 
 
 def variant_name(v: tuple[str, str]) -> str:
@@ -84,14 +132,27 @@ def _sig(x: Any, digits: int = 4) -> Any:
     return x
 
 
-def run_summary(run_dir: str | Path) -> dict[str, Any]:
+def attention_paths(results: Mapping[str, Any], train_summary: Mapping[str, Any] | None = None
+                    ) -> dict[str, str | None]:
+    """The attention paths a run recorded, as :func:`heavytail.harness.train.backend_label` wrote them (``"sdpa"``,
+    ``"tiled"``, ``"flash:native"``, ``"flex+flash"``): ``{"train": ..., "eval": ...}``, from ``results.json``'s
+    runtime (the training's from ``train_summary.json`` when evaluation did not copy it); None where none was
+    recorded (runs trained before training recorded it)."""
+    runtime = results.get("runtime") or {}
+    trained = runtime.get("training") or (train_summary or {}).get("runtime") or {}
+    return {"train": trained.get("attention_backend") or None,
+            "eval": (runtime.get("evaluation") or {}).get("attention_backend") or None}
+
+
+def run_summary(run_dir: str | Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The small record of one finished run: configuration, final loss, ratios with intervals, collapse
     label and onset, skipped steps, the collapse precursors logged per block (App. I) and, where evaluation
-    kept them, the per-trial records at the training N (:func:`trial_columns`)."""
+    kept them, the per-trial records at the training N (:func:`trial_columns`). ``results``: its
+    ``results.json`` when the caller has read it already."""
     from heavytail.science.collapse import collapse_onset, rolling_median
 
     run = RunDir(run_dir)
-    results, log = run.results(), run.training_log()
+    results, log = (run.results() if results is None else results), run.training_log()
     config = results["config"]
     losses = [row["loss"] for row in log if not row.get("skipped")]
     tail = max(1, len(losses) // 10)
@@ -135,6 +196,7 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
         | {stat: {k: results["at_train_n"][stat][k] for k in RATIO_KEYS if k in results["at_train_n"][stat]}
            for stat in ("median", "mean") if stat in results.get("at_train_n", {})},
         "provenance": (results.get("provenance") or {}).get("training"),
+        "attention": attention_paths(results, summary),
         "hill_band": (results.get("hill") or {}).get("band_miss"),
         "skipped_steps": skipped,
         "train_seconds": log[-1]["seconds"] if log else math.nan,
@@ -216,18 +278,13 @@ def onset_window(log: Sequence[Mapping[str, Any]], keys: Sequence[str] = BLOCK_T
 
 
 def collect(grid_dir: str | Path) -> list[dict[str, Any]]:
-    """Summaries of every finished configuration the grid's record (``grid.json``) lists."""
+    """Summaries (:func:`run_summary`) of the finished runs of a grid's folder, in the grid's order: the runs
+    :func:`heavytail.studies.grid_folder.finished_runs` counts, the same the summary notebook reads. [] when the
+    folder holds no ``grid.json`` (or does not exist): a map is a grid's runs, and only its record says which."""
     grid_dir = Path(grid_dir)
-    record_path = grid_dir / "grid.json"
-    if not record_path.is_file():
+    if not (grid_dir / GRID_JSON).is_file():
         return []
-    record = load_json(record_path)
-    out = []
-    for entry in record.get("configurations", []):
-        run_dir = grid_dir / entry["run_dir"]
-        if entry.get("status") in ("ok", "skipped") and RunDir(run_dir).has_results():
-            out.append(run_summary(run_dir))
-    return out
+    return [run_summary(r.run_dir, r.results) for r in finished_runs(grid_dir).runs]
 
 
 # ------------------------------------------------------------------------------------ aggregation
@@ -319,7 +376,7 @@ def cells(runs: Iterable[Mapping[str, Any]]) -> dict[tuple[tuple[str, str], int]
     """Runs grouped by (variant, training N), ordered by variant then N."""
     groups: dict[tuple[tuple[str, str], int], list[Mapping[str, Any]]] = {}
     for r in runs:
-        groups.setdefault((variant(r["config"]), int(r["config"]["n_points"])), []).append(r)
+        groups.setdefault((variant(r), int(r["config"]["n_points"])), []).append(r)
     keys = sorted(groups, key=lambda k: (_order(k[0]), k[1]))
     return {k: Cell(k[0], k[1], tuple(sorted(groups[k], key=lambda r: r["config"]["seed"]))) for k in keys}
 

@@ -24,6 +24,7 @@ from scipy import stats
 
 from heavytail.harness.config import RunConfig
 from heavytail.studies import claims as C
+from heavytail.studies.paper_numbers import paper_gap
 from heavytail.studies.kernel_gap import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, Cell, cells, collapsed_fraction_at,
                                           collapsed_steps,
                                           map_extent, paired_difference, paired_ratio, ratio_at, sizes,
@@ -108,7 +109,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                           for n in sizes(cs) if (p := paired_ratio(cs, SOFTMAX_SDPA, LOG_ELU, n, at)))
         out.append(C.make_claim(
             cid, f"The kernel gap grows with N: softmax (SDPA) over log-ELU rises with the training N ({where})",
-            "Sec. 4.2, App. A", "softmax collapses at N = 16384 while log-ELU reaches 1.006 (Table 5)", d,
+            "Sec. 4.2, App. A", paper_gap(), d,
             "softmax/log-ELU ratio, change per doubling of N", map_extent(used) if used else "",
             f"softmax (SDPA) / log-ELU per N: {per_n}" if per_n else "no paired runs", _decided_by("growth"),
             transform=math.exp).to_dict())
@@ -234,7 +235,7 @@ def cross_check(own: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[st
         mine = [ratio_at(r) for r in own if key(r) == k]
         theirs = ref.get(k, [])
         example = next(r for r in own if key(r) == k)
-        row = {"cell": f"{variant_name(variant(example['config']))}, N = {example['config']['n_points']}",
+        row = {"cell": f"{variant_name(variant(example))}, N = {example['config']['n_points']}",
                "this report": _list(mine), "map": _list(theirs) if theirs else "not in the map"}
         if theirs:
             m, n = len(mine), len(theirs)

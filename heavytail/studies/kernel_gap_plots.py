@@ -217,7 +217,7 @@ def long_figure(runs: Sequence[Mapping], window: int = 250):
         top, bottom = axes[0][col], axes[1][col]
         by_variant: dict = {}
         for r in (r for r in runs if r["config"]["lr"] == lr):
-            by_variant.setdefault(G.variant(r["config"]), []).append(r)
+            by_variant.setdefault(G.variant(r), []).append(r)
         for v, group in by_variant.items():
             color, curves = G.variant_color(v), []
             for r in group:

@@ -273,7 +273,7 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
          output: str | Path | None = None, force: bool = False) -> Path:
     """Write the finished runs of ``grid_dir`` as map ``name``; returns the file written. Refused (ValueError) for
     a folder of another grid and, unless ``force``, over a map with more finished runs (see the module docstring)."""
-    from heavytail.studies.kernel_gap import collect
+    from heavytail.studies.kernel_gap import collect, path_mismatches
 
     grid_dir = Path(grid_dir)
     record_path = grid_dir / "grid.json"
@@ -293,6 +293,10 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
     if not runs:
         raise ValueError(f"{grid_dir} holds no finished configuration yet")
     runs, kept = merged_runs(runs, _shipped_runs(out), [c.get("name") for c in record["configurations"]])
+    mismatched = path_mismatches(runs)  # a map's readers group runs by the attention path that ran
+    if mismatched:
+        raise ValueError(f"{len(mismatched)} run(s) of {grid_dir} ran another attention path than their configuration "
+                         f"asks for, so no claim can group them; the first: {mismatched[0]}")
     if name in MAPS and MAPS[name].trace_keys is not None:
         runs = [with_trace_keys(r, MAPS[name].trace_keys) for r in runs]
     if name in MAPS and not MAPS[name].per_trial:

@@ -27,7 +27,7 @@ def pairs(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, 
     """{variant: {seed: (default run, flushed run)}} wherever both ran."""
     groups: dict[tuple[tuple[str, str], int, bool], Mapping[str, Any]] = {}
     for r in runs:
-        groups[(variant(r["config"]), r["config"]["seed"], bool(r["config"].get("flush_subnormals", False)))] = r
+        groups[(variant(r), r["config"]["seed"], bool(r["config"].get("flush_subnormals", False)))] = r
     out: dict[tuple[str, str], dict[int, tuple[Mapping, Mapping]]] = {}
     for (v, seed, flushed), r in groups.items():
         if flushed and (v, seed, False) in groups:

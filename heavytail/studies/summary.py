@@ -46,13 +46,12 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from heavytail.harness.config import PACING_KEYS
-from heavytail.harness.rundir import find_run_dirs
-from heavytail.io import load_json
+from heavytail.studies.grid_folder import finished_runs, grid_status  # noqa: F401  (grid_status: re-exported)
 from heavytail.studies.paper_numbers import paper_value
 from heavytail.studies.tables import cell_text, fmt_ratio, fmt_sci, records, to_html  # noqa: F401  (re-exported)
 
-from heavytail.names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, KERNEL_LABELS, KERNELS, MARGINAL_LABELS, NORM_LABELS,
-                    TRANSFORM_LABELS)
+from heavytail.names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, BENCHMARKS, KERNEL_LABELS, KERNELS,  # noqa: F401
+                             MARGINAL_LABELS, NORM_LABELS, TRANSFORM_LABELS)
 from heavytail.names import NORM_TABLE_ORDER as NORMS  # the paper's table order: pre-norm rows above post-norm rows
 from heavytail.names import RATIO_STATISTICS as STATISTICS
 # Settings that change how a run is executed but not its results; runs differing only in these and in
@@ -99,48 +98,12 @@ def run_from_results(results: Mapping[str, Any], run_dir: Path | None = None, lo
 
 
 def collect_runs(grid_dir: str | Path) -> Collected:
-    """Every evaluated run under ``grid_dir`` (searched recursively; folders starting with ``_`` or ``.``,
-    such as the shared ``_floors`` cache, are ignored).
-
-    A folder counts when it holds ``COMPLETE`` and a ``results.json`` whose configuration matches its
-    ``config.yaml``; trained-but-unevaluated, unfinished and mismatched folders are listed in ``skipped``.
-    """
-    grid_dir = Path(grid_dir)
-    if not grid_dir.is_dir():
-        raise FileNotFoundError(f"grid folder {grid_dir} does not exist; run the grid first "
-                                "(python -m heavytail grid <grid.yaml>) or point grid_dir at its output folder")
-    runs, skipped = [], []
-    for folder in find_run_dirs(grid_dir):
-        name = str(folder.path.relative_to(grid_dir))
-        if not folder.is_complete():
-            skipped.append({"run": name, "reason": "training not finished (no COMPLETE marker)"})
-            continue
-        if not folder.has_results():
-            skipped.append({"run": name, "reason": "trained but not evaluated (no results.json)"})
-            continue
-        try:
-            run = run_from_results(folder.results(), folder.path, folder.training_log())
-        except (ValueError, OSError) as exc:
-            skipped.append({"run": name, "reason": f"unreadable results.json: {exc}"})
-            continue
-        stale = folder.stale_results()  # the same rule the grid and training apply (heavytail.harness.rundir)
-        if stale:
-            skipped.append({"run": name, "reason": stale})
-            continue
-        runs.append(run)
-    return Collected(runs=tuple(runs), skipped=tuple(skipped))
-
-
-def grid_status(grid_dir: str | Path) -> dict[str, Any] | None:
-    """The grid runner's record ``<grid_dir>/grid.json`` (:mod:`heavytail.pipeline.grid_record`), or None when absent:
-    {"grid", "finished", "counts", "configurations": [{"name", "status", "failed_cell", "error", ...}]}."""
-    path = Path(grid_dir) / "grid.json"
-    if not path.is_file():
-        return None
-    record = load_json(path)
-    if not isinstance(record, Mapping) or not isinstance(record.get("configurations"), list):
-        raise ValueError(f"{path} is not a grid record: expected a mapping with a 'configurations' list")
-    return dict(record)
+    """Every finished, evaluated, current run of ``grid_dir`` (:func:`heavytail.studies.grid_folder.finished_runs`:
+    the rules the shipped maps' runs are read by too), in the grid's order when the folder holds ``grid.json``;
+    every other run folder is listed in ``skipped`` with the reason."""
+    found = finished_runs(grid_dir)
+    runs = [run_from_results(r.results, r.run_dir.path, r.run_dir.training_log()) for r in found.runs]
+    return Collected(runs=tuple(runs), skipped=found.skipped)
 
 
 def grid_status_table(record: Mapping[str, Any]) -> dict[str, Any]:
