@@ -269,3 +269,12 @@ def test_the_library_statistics_agree_with_the_formulas_they_replaced_on_the_shi
     # the maps' counts are mostly 0 of n; every count up to 12 seeds as well
     for k, n in counts + [(j, m) for m in range(1, 13) for j in range(m + 1)]:
         assert C.clopper_pearson(k, n) == pytest.approx(_old_clopper_pearson(k, n), rel=1e-9, abs=1e-12)
+
+
+def test_one_seed_with_both_variants_is_undecided_not_an_error():
+    # the sign-flip test over one difference: both of its sign patterns are as extreme as it, p = 1
+    assert C.signflip_p([0.3]) == 1.0
+    d = C.graded_rule([0.3])
+    assert d.verdict == C.UNDECIDED and d.estimate.n == 1
+    text = C.render(C.make_claim("x", "A exceeds B", "Sec. 1", "paper", d, "A - B", "N 1", "", {}).to_dict())
+    assert "inf" not in text and "no interval from one seed" in text, text

@@ -163,7 +163,7 @@ def signflip_p(diffs: Sequence[float], max_exact: int = 20, n_random: int = 2000
     suits fractions with many ties at zero, where a t test's normality fails."""
     d = np.asarray([v for v in diffs if math.isfinite(v)], dtype=float)
     n = len(d)
-    if n == 0:
+    if n < 2:  # one difference: its two sign patterns are equally extreme, so p = 1 (scipy needs two)
         return 1.0
     exact = n <= max_exact
     result = stats.permutation_test((d,), _mean, permutation_type="samples", vectorized=True,
@@ -332,8 +332,15 @@ def statistic_text(c: Claim | Mapping[str, Any]) -> str:
         return "n/a"
     if d.get("low") is None:  # a count, not an estimate
         return f"{d['statistic']}: {fmt(d['estimate'])}"
+    if unbounded(d):
+        return f"{d['statistic']} {fmt(d['estimate'])} (no interval from one seed), {d['seeds']} seeds"
     return (f"{d['statistic']} {fmt(d['estimate'])} (95 % interval {fmt(d['low'])}-{fmt(d['high'])}), "
             f"{d['seeds']} seeds")
+
+
+def unbounded(d: Mapping[str, Any]) -> bool:
+    """A t interval from one seed: both ends infinite (:func:`t_interval`)."""
+    return all(isinstance(d.get(k), float) and math.isinf(d[k]) for k in ("low", "high"))
 
 
 def render(c: Claim | Mapping[str, Any]) -> str:
