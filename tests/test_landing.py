@@ -5,6 +5,7 @@ smoke report in Chromium)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -59,3 +60,17 @@ def test_the_scale_table_names_the_map_that_decided_each_claim(tmp_path):
     assert {source for source, _ in rows} == {"one-trial-per-step map (shipped)"}
     assert len(rows) == 2  # the growth claims at three N, the others at the largest
     assert all(s.startswith("training N") for _, s in rows)
+
+
+def test_a_one_seed_claim_written_as_strict_json_renders(tmp_path):
+    # a notebook writes a one-seed interval's infinite ends as the tagged strings of strict JSON (heavytail.io)
+    from heavytail.io import save_json
+    from heavytail.studies import collapse_ladder
+
+    found = C.decided_on(collapse_ladder.findings(R.load("ladder", ROOT)["runs"]), "ladder (shipped)")
+    one_seed = [c for c in found if c.get("seeds") == 1 and c.get("low") is not None and math.isinf(c["low"])]
+    save_json(found, tmp_path / "09_collapse_ladder" / "claims.json")
+    results = [NotebookResult("09_collapse_ladder", status="ok", elapsed_s=1.0, html="09_collapse_ladder.html")]
+    page = render_landing(tmp_path, "t", results, None, True, ROOT)
+    assert "inf" not in page.lower().replace("info", "")
+    assert page.count("no interval from one seed") >= len(one_seed) > 0

@@ -34,8 +34,8 @@ from urllib.parse import quote, unquote
 
 from heavytail.harness.artifacts import CONCLUSION_FILE
 from heavytail.harness.provenance import code_state
-from heavytail.io import atomic_write_text
-from heavytail.studies.claims import VERDICTS, fmt, scale_label  # the one list of verdict states
+from heavytail.io import atomic_write_text, load_json
+from heavytail.studies.claims import VERDICTS, fmt, scale_label, unbounded  # the one list of verdict states
 
 CLAIMS_FILE = "claims.json"  # a list of claims a notebook checked; see :func:`heavytail.studies.summary.findings`
 SCALE_FILE = "scale.csv"  # columns: setting, this run's value(s), the paper's value
@@ -89,8 +89,9 @@ details { font-size: .85em; } td ul { margin: 0; padding-left: 1.1em; } pre { wh
 # Reading what the notebooks wrote
 # --------------------------------------------------------------------------------------------------
 def _read_json(path: Path) -> Any:
+    """The JSON a notebook wrote, its tagged inf and NaN turned back into floats (heavytail.io), or None."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return load_json(path)
     except (OSError, ValueError):
         return None
 
@@ -281,7 +282,7 @@ def _effect(c: Mapping[str, Any]) -> str:
         return "<span class=\"note\">n/a</span>"
     value = fmt(c["estimate"])
     if c.get("low") is not None:
-        value += f" [{fmt(c['low'])}, {fmt(c['high'])}]"
+        value += " [no interval from one seed]" if unbounded(c) else f" [{fmt(c['low'])}, {fmt(c['high'])}]"
     return f"<b>{_esc(value)}</b><div class=\"note\">{_esc(c.get('statistic', ''))}</div>"
 
 
