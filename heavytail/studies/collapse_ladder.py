@@ -161,7 +161,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             f"{len(other)} log-ELU runs labelled collapsed; collapse onset per softmax seed: {onset_text or 'n/a'}",
             _decided_by("The ladder's verdicts", ["ladder_collapse"])).to_dict())
         for cid, what, value, fig in (
-                ("collapse-steps", "share of logged training steps with a collapsed batch", collapsed_steps,
+                ("collapse-steps", "share of logged steps with a collapsed batch", collapsed_steps,
                  "onset_aligned"),
                 ("collapse-trials", "share of evaluation trials collapsed", _trials, "ladder_collapse")):
             diffs = _paired(soft, other, value)
