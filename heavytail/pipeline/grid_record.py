@@ -24,9 +24,9 @@ from heavytail.io import load_json, save_json
 from heavytail.pipeline import lock
 from heavytail.pipeline.configuration import now
 from heavytail.pipeline.notebook import NotebookResult, write_index
+from heavytail.studies.grid_folder import GRID_JSON  # the record's file name, owned where its readers live
 
 STATUSES = ("ok", "skipped", "failed", "cancelled", "locked", "running", "submitted", "pending")
-GRID_JSON = "grid.json"
 RECORD_LOCK = ".grid-record.lock"
 
 

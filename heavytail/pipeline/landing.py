@@ -35,7 +35,8 @@ from urllib.parse import quote, unquote
 from heavytail.harness.artifacts import CONCLUSION_FILE
 from heavytail.harness.provenance import code_state
 from heavytail.io import atomic_write_text, load_json
-from heavytail.studies.claims import VERDICTS, fmt, scale_label, unbounded  # the one list of verdict states
+from heavytail.studies.claims import VERDICTS, fmt, interval_text, scale_label  # the one list of verdict states
+from heavytail.studies.grid_folder import GRID_JSON
 
 CLAIMS_FILE = "claims.json"  # a list of claims a notebook checked; see :func:`heavytail.studies.summary.findings`
 SCALE_FILE = "scale.csv"  # columns: setting, this run's value(s), the paper's value
@@ -282,7 +283,7 @@ def _effect(c: Mapping[str, Any]) -> str:
         return "<span class=\"note\">n/a</span>"
     value = fmt(c["estimate"])
     if c.get("low") is not None:
-        value += " [no interval from one seed]" if unbounded(c) else f" [{fmt(c['low'])}, {fmt(c['high'])}]"
+        value += interval_text(c, one_seed="no interval from one seed")
     return f"<b>{_esc(value)}</b><div class=\"note\">{_esc(c.get('statistic', ''))}</div>"
 
 
@@ -406,7 +407,7 @@ def grid_folders(out_dir: Path, results: Sequence[Any], root: Path, known: Seque
         for value in (r.parameters or {}).values():
             if isinstance(value, str) and value:
                 folder = Path(value) if Path(value).is_absolute() else root / value
-                if (folder / "grid.json").is_file():
+                if (folder / GRID_JSON).is_file():
                     found.append(folder)
     unique: list[Path] = []
     for f in found:
@@ -422,7 +423,7 @@ def _grids_section(out_dir: Path, folders: Sequence[Path]) -> str:
     blocks = []
     for folder in folders:
         rel = os.path.relpath(folder, out_dir)
-        record = _read_json(folder / "grid.json")
+        record = _read_json(folder / GRID_JSON)
         if not isinstance(record, Mapping):
             state = ("does not exist yet" if not folder.is_dir()
                      else "has no grid.json (not written by the grid runner)")

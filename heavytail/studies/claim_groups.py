@@ -90,8 +90,7 @@ def effect_text(c: Mapping[str, Any]) -> str:
         return "n/a"
     value = claims.fmt(c["estimate"])
     if c.get("low") is not None:
-        value += " [no interval]" if claims.unbounded(c) else \
-            f" [{claims.fmt(c['low'])}, {claims.fmt(c['high'])}]"
+        value += claims.interval_text(c)
     return f"{c['statistic']}: {value}" if c.get("statistic") else value
 
 

@@ -343,6 +343,11 @@ def unbounded(d: Mapping[str, Any]) -> bool:
     return all(isinstance(d.get(k), float) and math.isinf(d[k]) for k in ("low", "high"))
 
 
+def interval_text(d: Mapping[str, Any], one_seed: str = "no interval") -> str:
+    """' [low, high]' of a claim's interval, or ' [<one_seed>]' where one seed leaves it unbounded."""
+    return f" [{one_seed}]" if unbounded(d) else f" [{fmt(d['low'])}, {fmt(d['high'])}]"
+
+
 def render(c: Claim | Mapping[str, Any]) -> str:
     """One sentence: verdict, claim, statistic with interval and seeds, the scale that decided it, and what
     it would take when undecided."""

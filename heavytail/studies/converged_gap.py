@@ -210,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from heavytail.harness.artifacts import repo_root
     from heavytail.io import atomic_write_text
     from heavytail.studies import reference_maps
+    from heavytail.studies.grid_folder import GRID_JSON
     from heavytail.studies.kernel_gap import collect
 
     parser = argparse.ArgumentParser(prog="python -m heavytail select-lr", description=main.__doc__.splitlines()[0])
@@ -221,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shipped = reference_maps.load("gap-converged-select")
         runs = list(shipped["runs"]) if shipped else []
         if args.grid_dir is not None:
-            if not (Path(args.grid_dir) / "grid.json").is_file():
+            if not (Path(args.grid_dir) / GRID_JSON).is_file():
                 raise ValueError(f"{args.grid_dir} holds no grid.json; run python -m heavytail grid {SELECT_GRID} first")
             fresh = collect(args.grid_dir)
             runs, _ = reference_maps.merged_runs(fresh, runs, [r["name"] for r in [*runs, *fresh]])

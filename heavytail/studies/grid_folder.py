@@ -29,7 +29,7 @@ from typing import Any, Mapping
 from heavytail.harness.rundir import RunDir, find_run_dirs
 from heavytail.io import load_json
 
-GRID_JSON = "grid.json"  # heavytail.pipeline.grid_record.GRID_JSON (the pipeline is a layer above)
+GRID_JSON = "grid.json"  # the grid runner's record (heavytail.pipeline.grid_record writes it)
 FINISHED = ("ok", "skipped")  # the grid.json statuses of a configuration that finished
 RESULTS_KEYS = ("config", "collapse", "energy")  # what every reader of a run's results takes
 

@@ -30,6 +30,7 @@ from heavytail import cli
 from heavytail.harness.artifacts import repo_root
 from heavytail.harness.provenance import check_shippable, machine, now
 from heavytail.io import load_json, save_json
+from heavytail.studies.grid_folder import GRID_JSON
 
 
 @dataclass(frozen=True)
@@ -276,7 +277,7 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
     from heavytail.studies.kernel_gap import collect, path_mismatches
 
     grid_dir = Path(grid_dir)
-    record_path = grid_dir / "grid.json"
+    record_path = grid_dir / GRID_JSON
     if not record_path.is_file():
         raise ValueError(f"{grid_dir} holds no grid.json: run the grid first "
                          f"(python -m heavytail grid {MAPS[name].grid if name in MAPS else '<grid file>'})")
