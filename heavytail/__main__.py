@@ -15,7 +15,7 @@ _COMMANDS = {
     "grid": ("heavytail.pipeline.grid", "Run every configuration of a grid file (local workers or SLURM)."),
     "ship-map": ("heavytail.studies.reference_maps", "Ship a grid's finished per-run summaries as a reference map."),
     "claims": ("heavytail.studies.claim_groups", "Print the claims decided on the shipped maps (one group, or the table)."),
-    "select-lr": ("heavytail.studies.converged_gap", "Pick each variant's learning rate and write the deciding grid."),
+    "select-lr": ("heavytail.studies.kernel_gap.converged", "Pick each variant's learning rate and write the deciding grid."),
 }
 
 

@@ -46,13 +46,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from heavytail.studies.ablation import figure5_trial, findings, transport_sample
+from heavytail.studies.ablation.one_run import figure5_trial, findings, transport_sample
 from heavytail.harness.config import RunConfig
 from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.harness.rundir import RunDir
 from heavytail.harness.experiment import default_run_dir, run_configuration
 from heavytail.names import KERNEL_COLORS
-from heavytail.studies.summary_plots import training_curve
+from heavytail.studies.ablation.summary_plots import training_curve
 from heavytail.harness.train import build_benchmark, load_model, resolve_device
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repository root

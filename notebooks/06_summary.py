@@ -42,13 +42,7 @@ from pathlib import Path
 from IPython.display import Markdown, display
 
 from heavytail.harness.artifacts import artifacts, repo_root
-from heavytail.studies import claims
-from heavytail.studies import kernel_gap_claims
-from heavytail.studies import reference_maps
-from heavytail.studies import ablation_claims
-from heavytail.studies import summary
-from heavytail.studies import summary_plots
-from heavytail.studies import tables
+from heavytail.studies import ablation, claims, grid_folder, kernel_gap, reference_maps, tables
 
 root = repo_root()
 grid_path = Path(grid_dir) if Path(grid_dir).is_absolute() else root / grid_dir
@@ -70,15 +64,15 @@ def save(fig, name):
 # tests it on a GPU.
 
 # %%
-collected = summary.collect_runs(grid_path) if grid_path.is_dir() else summary.Collected(runs=())
-runs = summary.filter_runs(collected.runs, **filters) if filters else list(collected.runs)
+collected = grid_folder.finished_runs(grid_path) if grid_path.is_dir() else grid_folder.FinishedRuns(runs=())
+runs = grid_folder.filter_runs(collected.runs, **filters) if filters else list(collected.runs)
 print(f"grid folder: {grid_path}")
 print(f"evaluated runs found: {len(runs)}" + (f" (after filters {filters})" if filters else ""))
 if not grid_path.is_dir():
     print("The grid folder does not exist: run the grid first (python -m heavytail grid <grid.yaml>).")
 print(f"paper-scale grid file: {paper_grid_file}"
       + ("" if (root / paper_grid_file).is_file() else " (not present in this checkout)"))
-tables.show(summary.scale_table(runs), art, "scale")
+tables.show(ablation.summary.scale_table(runs), art, "scale")
 timed = sorted(r.log[-1]["seconds"] / r.log[-1]["step"] for r in runs
                if r.log and r.log[-1].get("seconds") and r.log[-1].get("step"))
 if timed:
@@ -86,17 +80,17 @@ if timed:
           f"range {timed[0]:.3f}-{timed[-1]:.3f} s)")
 
 # %%
-record = summary.grid_status(grid_path) if grid_path.is_dir() else None
+record = collected.record
 if record is None:
     print("No grid.json in the grid folder: the runs were not produced by the grid runner, "
           "so there is no list of configurations that failed or did not run.")
 else:
-    tables.show(summary.grid_status_table(record), art, "grid_status")
+    tables.show(ablation.summary.grid_status_table(record), art, "grid_status")
 if collected.skipped:
     tables.show({"title": "Run folders not used", "columns": ["run", "reason"], "rows": list(collected.skipped),
                  "notes": ""}, art, "skipped_runs")
 if runs:
-    tables.show(summary.runs_table(runs), art, "runs")
+    tables.show(ablation.summary.runs_table(runs), art, "runs")
 
 # %% [markdown]
 # ## Seeds, and what "collapse", "lower" and "similar" mean here
@@ -107,10 +101,10 @@ if runs:
 # App. H.2). The definitions used by the findings are printed from the code that applies them:
 
 # %%
-aggs = summary.aggregate(runs)
+aggs = ablation.summary.aggregate(runs)
 n_multi = sum(a["n_seeds"] > 1 for a in aggs)
 print(f"{len(aggs)} configurations; {n_multi} with more than one seed")
-for word, meaning in ablation_claims.DEFINITIONS.items():
+for word, meaning in ablation.claims.DEFINITIONS.items():
     display(Markdown(f"- **{word}**: {meaning}"))
 
 # %% [markdown]
@@ -123,8 +117,8 @@ for word, meaning in ablation_claims.DEFINITIONS.items():
 
 # %%
 for benchmark, number in (("sheared_swap", 5), ("matrix_inverse", 6)):
-    for stat in summary.STATISTICS:
-        tables.show(summary.ratio_table(aggs, benchmark, stat), art, f"table{number}_{stat}")
+    for stat in ablation.summary.STATISTICS:
+        tables.show(ablation.summary.ratio_table(aggs, benchmark, stat), art, f"table{number}_{stat}")
 
 # %% [markdown]
 # The same ratios next to the paper's Table 5 and 6 values (at the paper's scale, "What ran at this scale";
@@ -132,7 +126,7 @@ for benchmark, number in (("sheared_swap", 5), ("matrix_inverse", 6)):
 
 # %%
 if aggs:
-    tables.show(summary.comparison_table(aggs, "median"), art, "paper_comparison_median")
+    tables.show(ablation.summary.comparison_table(aggs, "median"), art, "paper_comparison_median")
 else:
     print("No finished runs: nothing to compare.")
 
@@ -147,14 +141,14 @@ else:
 for norm, numbers in (("post", (2, 3)), ("pre", (8, 9))):
     present = [a for a in aggs if a["norm"] == norm]
     if not present:
-        display(Markdown(f"*No {summary.NORM_LABELS[norm]} runs in this grid: Figures {numbers[0]} and {numbers[1]} "
+        display(Markdown(f"*No {ablation.summary.NORM_LABELS[norm]} runs in this grid: Figures {numbers[0]} and {numbers[1]} "
                          f"are not drawn.*"))
         continue
-    for benchmark, number in zip(summary.BENCHMARKS, numbers):
+    for benchmark, number in zip(ablation.summary.BENCHMARKS, numbers):
         if not any(a["benchmark"] == benchmark for a in present):
-            display(Markdown(f"*No {summary.NORM_LABELS[norm]} {summary.BENCHMARK_LABELS[benchmark]} runs: Figure {number} not drawn.*"))
+            display(Markdown(f"*No {ablation.summary.NORM_LABELS[norm]} {ablation.summary.BENCHMARK_LABELS[benchmark]} runs: Figure {number} not drawn.*"))
             continue
-        save(summary_plots.energy_figure(aggs, benchmark, norm), ablation_claims.figure_name(benchmark, norm))
+        save(ablation.summary_plots.energy_figure(aggs, benchmark, norm), ablation.claims.figure_name(benchmark, norm))
 
 # %% [markdown]
 # ## Figures 10 and 11: per-trial energy distances against the floor
@@ -165,9 +159,9 @@ for norm, numbers in (("post", (2, 3)), ("pre", (8, 9))):
 # %%
 for benchmark, number in (("sheared_swap", 10), ("matrix_inverse", 11)):
     if not any(a["benchmark"] == benchmark and a["marginals"] == "mirrored_pareto" for a in aggs):
-        display(Markdown(f"*No {summary.BENCHMARK_LABELS[benchmark]} runs on mirrored Pareto marginals: Figure {number} not drawn.*"))
+        display(Markdown(f"*No {ablation.summary.BENCHMARK_LABELS[benchmark]} runs on mirrored Pareto marginals: Figure {number} not drawn.*"))
         continue
-    save(summary_plots.ecdf_figure(aggs, benchmark), f"figure{number}_{benchmark}_ecdf")
+    save(ablation.summary_plots.ecdf_figure(aggs, benchmark), f"figure{number}_{benchmark}_ecdf")
 
 # %% [markdown]
 # ## Tables 7 and 8: Hill-based tail diagnostics (App. J)
@@ -179,7 +173,7 @@ for benchmark, number in (("sheared_swap", 10), ("matrix_inverse", 11)):
 # %%
 for benchmark, number in (("sheared_swap", 7), ("matrix_inverse", 8)):
     for axis in ("0", "1"):
-        tables.show(summary.hill_table(aggs, benchmark, axis), art, f"table{number}_axis{axis}")
+        tables.show(ablation.summary.hill_table(aggs, benchmark, axis), art, f"table{number}_axis{axis}")
 
 # %% [markdown]
 # ## Hill error against the known tail index over thresholds (Section 5, future work)
@@ -190,11 +184,11 @@ for benchmark, number in (("sheared_swap", 7), ("matrix_inverse", 8)):
 # the estimator's own error at that N, the floor a model can be judged against.
 
 # %%
-for benchmark in summary.BENCHMARKS:
+for benchmark in ablation.summary.BENCHMARKS:
     if not any(a["benchmark"] == benchmark and a.get("hill_curve") for a in aggs):
-        display(Markdown(f"*No {summary.BENCHMARK_LABELS[benchmark]} Hill curves (no mirrored Pareto runs).*"))
+        display(Markdown(f"*No {ablation.summary.BENCHMARK_LABELS[benchmark]} Hill curves (no mirrored Pareto runs).*"))
         continue
-    save(summary_plots.hill_curve_figure(aggs, benchmark), f"hill_curve_{benchmark}")
+    save(ablation.summary_plots.hill_curve_figure(aggs, benchmark), f"hill_curve_{benchmark}")
 
 # %% [markdown]
 # ## Findings of Sections 4.2 and 5 at this scale
@@ -205,12 +199,12 @@ for benchmark in summary.BENCHMARKS:
 # first: they are decided on the shipped one-trial-per-step map, with eight seeds per cell.
 
 # %%
-found = claims.decided_on(ablation_claims.findings(aggs), f"the ablation grid ({grid_path.name})")
+found = claims.decided_on(ablation.claims.findings(aggs), f"the ablation grid ({grid_path.name})")
 if gap_grid_dir is not None:
     design = reference_maps.source("gap-design")
     if design.runs:
-        found = claims.decided_on(kernel_gap_claims.findings(design.runs), design.label) + found
-tables.show(ablation_claims.findings_table(found), art, "findings")
+        found = claims.decided_on(kernel_gap.claims.findings(design.runs), design.label) + found
+tables.show(ablation.claims.findings_table(found), art, "findings")
 _ = art.save_table("claims.json", found)  # the landing page lists these (heavytail.pipeline.landing)
 
 # %% [markdown]
@@ -218,7 +212,7 @@ _ = art.save_table("claims.json", found)  # the landing page lists these (heavyt
 
 # %%
 counts = {v: sum(f["verdict"] == v for f in found) for v in claims.VERDICTS}
-scale_rows = summary.scale_table(runs)["rows"]
+scale_rows = ablation.summary.scale_table(runs)["rows"]
 scale = {r["setting"]: r["this grid"] for r in scale_rows}
 paper = {r["setting"]: r["paper (Table 3)"] for r in scale_rows}
 if not runs:
@@ -231,13 +225,13 @@ else:
              f"{counts[claims.NOT_REPRODUCED]} did not, {counts[claims.UNDECIDED]} are undecided at this power (too few "
              f"seeds to separate training runs), and {counts[claims.NOT_RUN]} could not be checked because "
              "configurations are missing."]
-lines += ablation_claims.findings_text(found)
+lines += ablation.claims.findings_text(found)
 if counts[claims.NOT_RUN] or counts[claims.NOT_REPRODUCED] or counts[claims.UNDECIDED]:
     lines.append(f"Claims not run or not reproduced here are what the paper-scale grid ({paper_grid_file}) is for; "
                  "a result at a smaller scale neither confirms nor refutes the paper's.")
 display(Markdown("\n\n".join(lines)))
 
 # %%
-key_figure = next((name for name in (ablation_claims.figure_name("sheared_swap", "post"), ablation_claims.figure_name("matrix_inverse", "post"),
+key_figure = next((name for name in (ablation.claims.figure_name("sheared_swap", "post"), ablation.claims.figure_name("matrix_inverse", "post"),
                                      "figure10_sheared_swap_ecdf") if art.path(f"{name}.png").is_file()), None)
 art.conclude(lines[0], figure=key_figure)

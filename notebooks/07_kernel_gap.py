@@ -45,19 +45,12 @@ from IPython.display import Markdown, display
 
 from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.harness.config import RunConfig
-from heavytail.studies import claims
-from heavytail.studies import converged_gap
-from heavytail.studies import converged_gap_plots
-from heavytail.studies import kernel_gap
-from heavytail.studies import kernel_gap_claims
-from heavytail.studies import kernel_gap_plots
-from heavytail.studies import reference_maps
-from heavytail.studies import subnormal_ab
+from heavytail.studies import claims, kernel_gap, reference_maps, run_summary
 from heavytail.studies.tables import show
 
 root = repo_root()
 art = artifacts("07_kernel_gap", report=report, output_root=output_root)
-own = kernel_gap.collect(root / grid_dir)
+own = run_summary.collect(root / grid_dir)
 sources = {name: reference_maps.source(name, root / local) for name, local in
            (("gap-design", design_dir), ("gap-long", long_dir), ("gap-points", points_dir),
             ("gap-converged-select", converged_select_dir), ("gap-converged", converged_dir),
@@ -76,7 +69,7 @@ for name, src in sources.items():
 
 # %%
 decided_on = design or own
-found = claims.decided_on(kernel_gap_claims.findings(decided_on), sources["gap-design"].label if design else "this report's runs")
+found = claims.decided_on(kernel_gap.claims.findings(decided_on), sources["gap-design"].label if design else "this report's runs")
 show(claims.claims_table(found, f"Kernel-gap claims ({sources['gap-design'].label if design else 'this report'})"),
      art, "findings")
 # The summary notebook (06) and the landing page list these claims.
@@ -89,10 +82,10 @@ _ = art.save_table("kernel_gap_findings.json", found)
 # the earlier points-per-step map (three seeds per cell), at 80 % power; the map then ran eight everywhere.
 
 # %%
-power = kernel_gap_claims.power_from(points) if points else {}
+power = kernel_gap.claims.power_from(points) if points else {}
 for label, runs in (("one-trial-per-step map", design), ("this report", own), ("points-per-step map", points),
                     ("3,000-step grid", long_runs)):
-    print(f"{label}: {len(runs)} runs; {kernel_gap.map_extent(runs)}")
+    print(f"{label}: {len(runs)} runs; {kernel_gap.gap.map_extent(runs)}")
 if "growth_sd" in power:
     display(Markdown(
         f"**Power.** On the points-per-step map the softmax / log-ELU gap changed by "
@@ -113,10 +106,10 @@ if "growth_sd" in power:
 # rule reads, per variant against log-ELU.
 
 # %%
-art.save_figure(kernel_gap_plots.gap_figure(own, design, sources["gap-design"].label), "gap_vs_n")
-art.save_figure(kernel_gap_plots.growth_figure(design or own), "growth_slopes")
-for at in kernel_gap.AT:
-    show(kernel_gap_claims.growth_table(design or own, at), art, f"growth_{at}")
+art.save_figure(kernel_gap.plots.gap_figure(own, design, sources["gap-design"].label), "gap_vs_n")
+art.save_figure(kernel_gap.plots.growth_figure(design or own), "growth_slopes")
+for at in kernel_gap.gap.AT:
+    show(kernel_gap.claims.growth_table(design or own, at), art, f"growth_{at}")
 grows = next(f for f in found if f["id"] == "gap-grows-with-n")
 display(Markdown(f"**What it shows:** {claims.render(grows)}"))
 
@@ -125,7 +118,7 @@ display(Markdown(f"**What it shows:** {claims.render(grows)}"))
 #
 # The map above trains every variant 300 steps at lr 1e-2, a rate chosen at N = 256 from one seed. Here every
 # variant gets its own learning rate at each N, chosen on seeds 0-2 by the lowest median final validation score
-# (`heavytail.studies.converged_gap`), and trains until the stopping rule of `heavytail.harness.stopping` fires
+# (`heavytail.studies.kernel_gap.converged`), and trains until the stopping rule of `heavytail.harness.stopping` fires
 # or 3,000 steps pass; seeds 3-10 at the chosen rates decide. The endpoint is floor-free: the excess of a model's
 # energy distance over the sampling floor at its training N, relative to log-ELU's on the same seed (the ratio to
 # the floor grows for every model, because the floor falls as 1/N). The same statistic on the design map stands
@@ -133,19 +126,19 @@ display(Markdown(f"**What it shows:** {claims.render(grows)}"))
 
 # %%
 select_runs, converged_runs = sources["gap-converged-select"].runs, sources["gap-converged"].runs
-selections = converged_gap.select_lr(select_runs)
+selections = kernel_gap.converged.select_lr(select_runs)
 if selections:
-    show(converged_gap.selection_table(selections), art, "lr_selection")
-    art.save_figure(converged_gap_plots.validation_figure(select_runs, selections), "converged_validation")
-converged_found = converged_gap.findings(converged_runs, design)
+    show(kernel_gap.converged.selection_table(selections), art, "lr_selection")
+    art.save_figure(kernel_gap.converged_plots.validation_figure(select_runs, selections), "converged_validation")
+converged_found = kernel_gap.converged.findings(converged_runs, design)
 show(claims.claims_table(converged_found, "The gap at convergence, next to the design recipe's"), art, "findings_converged")
 if converged_runs:
     recipes = {"design recipe": design, "converged, own lr": converged_runs}
 else:  # until the deciding seeds exist, the selection seeds at their chosen rates (they decide nothing)
     chosen = {(s.variant, s.n_points): s.lr for s in selections}
     recipes = {"design recipe": design, "selection seeds 0-2, chosen lr": [
-        r for r in select_runs if chosen.get((kernel_gap.variant(r), r["config"]["n_points"])) == r["config"]["lr"]]}
-art.save_figure(converged_gap_plots.recipes_figure(recipes), "converged_gap_vs_n")
+        r for r in select_runs if chosen.get((kernel_gap.gap.variant(r), r["config"]["n_points"])) == r["config"]["lr"]]}
+art.save_figure(kernel_gap.converged_plots.recipes_figure(recipes), "converged_gap_vs_n")
 stops = [r.get("stop", {}).get("stop_reason") for r in [*select_runs, *converged_runs]]
 display(Markdown(
     f"Runs so far: {len(select_runs)} selection runs ({sources['gap-converged-select'].describe()}), "
@@ -158,12 +151,12 @@ display(Markdown(
 #
 # Softmax weights of heavy-tailed rows fall below float32's smallest normal number, where x86 arithmetic runs in
 # microcode; `flush_subnormals` (a recorded run setting) makes them 0. Before any map used it, a paired A/B on the
-# design recipe at N = 1024 trained each seed both ways (`heavytail.studies.subnormal_ab`, equivalence within
+# design recipe at N = 1024 trained each seed both ways (`heavytail.studies.kernel_gap.subnormal_ab`, equivalence within
 # x1.20). The collapse ladder (notebook 09) flushes them on every rung for both kernels; the design, 3,000-step,
 # phase and converged-gap maps do not.
 
 # %%
-ab_found = subnormal_ab.findings(sources["subnormal-ab"].runs)
+ab_found = kernel_gap.subnormal_ab.findings(sources["subnormal-ab"].runs)
 display(Markdown(sources["subnormal-ab"].describe() + "\n\n" + ("\n\n".join(f"- {claims.render(f)}" for f in ab_found)
                                                              or "The A/B has not been shipped yet.")))
 decided = ([claims.decided_on([f], sources["gap-design"].label if f["id"].startswith("design-")
@@ -178,7 +171,7 @@ _ = art.save_table("claims.json", decided)  # the landing page lists these
 # block-0 |S| met in training: only block 0 sees the raw heavy-tailed inputs.
 
 # %%
-art.save_figure(kernel_gap_plots.numerics_figure(design or own, sources["gap-design"].label), "numerics_vs_n")
+art.save_figure(kernel_gap.plots.numerics_figure(design or own, sources["gap-design"].label), "numerics_vs_n")
 numerical = next(f for f in found if f["id"] == "gap-is-numerical")
 display(Markdown(f"**What it shows:** {claims.render(numerical)}"))
 
@@ -192,10 +185,10 @@ display(Markdown(f"**What it shows:** {claims.render(numerical)}"))
 # learning rate and at the map's.
 
 # %%
-art.save_figure(kernel_gap_plots.collapse_figure(design or own), "collapse_graded")
+art.save_figure(kernel_gap.plots.collapse_figure(design or own), "collapse_graded")
 if long_runs:
-    art.save_figure(kernel_gap_plots.long_figure(long_runs), "collapse_long")
-    long_found = kernel_gap_claims.long_findings(long_runs)
+    art.save_figure(kernel_gap.plots.long_figure(long_runs), "collapse_long")
+    long_found = kernel_gap.claims.long_findings(long_runs)
     display(Markdown("\n\n".join(f"- {claims.render(f)}" for f in long_found)))
 else:
     display(Markdown("The 3,000-step grid has not been shipped yet (`python -m heavytail ship-map gap-long ...`)."))
@@ -208,7 +201,7 @@ else:
 
 # %%
 if points:
-    points_found = kernel_gap_claims.findings(points)
+    points_found = kernel_gap.claims.findings(points)
     show(claims.claims_table(points_found, "Kernel-gap claims on the points-per-step map"), art, "findings_points")
 
 # %% [markdown]
@@ -219,7 +212,7 @@ if points:
 
 # %%
 if own and design:
-    check = kernel_gap_claims.cross_check(own, design)
+    check = kernel_gap.claims.cross_check(own, design)
     show(check, art, "cross_check")
     verdict = {True: "agree with", False: "differ from", None: "could not be compared with"}[check["agree"]]
     display(Markdown(f"**This report's runs {verdict} the map's runs of the same configurations** "
@@ -234,7 +227,7 @@ paper = RunConfig()  # the defaults are Table 3
 words = [claims.render(f) for f in found]
 words.append(f"The paper's collapse appeared at N = {paper.n_points}, {paper.n_blocks} blocks of width "
              f"{paper.d_model}, after ~3,500 of {paper.steps} steps (App. I); these runs stop at "
-             f"{kernel_gap.span(design or own, 'n_points')} points and {kernel_gap.span(design or own, 'steps')} steps.")
+             f"{kernel_gap.gap.span(design or own, 'n_points')} points and {kernel_gap.gap.span(design or own, 'steps')} steps.")
 display(Markdown("\n\n".join(words)))
 art.conclude(f"Decided on {sources['gap-design'].label if design else 'this report'}: the kernel gap growing with N is "
              f"{grows['verdict']} ({claims.statistic_text(grows)}); softmax's gap being numerical is "

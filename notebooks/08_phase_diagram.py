@@ -40,14 +40,7 @@ from IPython.display import Markdown, display
 from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.names import KERNEL_ROWS, kernel_names
 from heavytail.science.kernels import get_kernel
-from heavytail.studies import claims
-from heavytail.studies import kernel_gap
-from heavytail.studies import moment_condition
-from heavytail.studies import phase_confirm
-from heavytail.studies import phase_diagram
-from heavytail.studies import phase_plots
-from heavytail.studies import phase_static
-from heavytail.studies import reference_maps
+from heavytail.studies import claims, kernel_gap, phase, reference_maps
 from heavytail.studies.tables import show
 
 root = repo_root()
@@ -59,16 +52,16 @@ print("kernels by growth order q:", ", ".join(f"{k} (q = {q:g})" for k, q in ker
 # ## Findings
 #
 # Each claim with its verdict, the statistic that decided it and the scale it was decided at. The static claim
-# is decided on the shipped static reference (`outputs/reference/phase_static.json`, computed by the command
+# is decided on the shipped static reference (`outputs/reference/phase.static.json`, computed by the command
 # its provenance names); this report's own small static run is cross-checked against it below. The trained map
 # is the shipped one unless `phase_dir` holds a local re-run. The sections below show how each verdict comes
 # about.
 
 # %%
-ns = [2**k for k in range(phase_static.FIT_LOG2[0], n_max_log2 + 1, 2)]
+ns = [2**k for k in range(phase.static.FIT_LOG2[0], n_max_log2 + 1, 2)]
 log_gs = {k: get_kernel(k).log_g for k in kernels}
-norms = {a: moment_condition.output_growth(log_gs, a, ns, reps=reps, seed=seed + i) for i, a in enumerate(tail_indices)}
-static_rows = [dict(r, n_max=max(ns), reps=reps) for r in moment_condition.exponent_table(kernels, tail_indices, norms, ns)]
+norms = {a: phase.moment_condition.output_growth(log_gs, a, ns, reps=reps, seed=seed + i) for i, a in enumerate(tail_indices)}
+static_rows = [dict(r, n_max=max(ns), reps=reps) for r in phase.moment_condition.exponent_table(kernels, tail_indices, norms, ns)]
 static_ref = reference_maps.load_computed("phase-static", root)
 fixed = reference_maps.load_computed("phase-fixed-weight", root)
 ref_rows = static_ref["rows"] if static_ref else []
@@ -79,13 +72,13 @@ if static_ref:
           f"{prov['torch']}, {prov['seconds'] / 60:.0f} min, by `{prov['command']}`")
 else:
     print("static reference: not shipped; the static claim is read on this report's small run")
-phase = reference_maps.source("phase", root / phase_dir)
-print(phase.describe())
+phase_map = reference_maps.source("phase", root / phase_dir)
+print(phase_map.describe())
 # the static claim is decided from the shipped static reference (or, without it, this notebook's own static run);
 # the others by the trained map
-found = phase_diagram.findings(phase.runs, ref_rows or static_rows)
+found = phase.diagram.findings(phase_map.runs, ref_rows or static_rows)
 static = [f for f in found if f["id"] == "static-exponent-matches"]
-found = (claims.decided_on([f for f in found if f not in static], phase.label)
+found = (claims.decided_on([f for f in found if f not in static], phase_map.label)
          + claims.decided_on(static, "the shipped static reference" if ref_rows else "this notebook's static test"))
 show(claims.claims_table(found, "Phase-diagram claims"), art, "findings")
 _ = art.save_table("claims.json", found)
@@ -107,7 +100,7 @@ _ = art.save_table("claims.json", found)
 # %%
 print("predicted exponent beta(q, a):")
 for q_name, q in kernels.items():
-    print(f"  {q_name:>12} (q = {q:g}): " + ", ".join(f"a = {a:g}: {moment_condition.predicted_exponent(q, a):.3f}"
+    print(f"  {q_name:>12} (q = {q:g}): " + ", ".join(f"a = {a:g}: {phase.moment_condition.predicted_exponent(q, a):.3f}"
                                                    for a in tail_indices))
 
 # %% [markdown]
@@ -119,8 +112,8 @@ for q_name, q in kernels.items():
 # the repetitions.
 
 # %%
-art.save_figure(phase_plots.static_figure(static_rows, ns, norms), "static_exponents")
-show(moment_condition.static_table(static_rows, max(ns), reps), art, "static_exponents")
+art.save_figure(phase.plots.static_figure(static_rows, ns, norms), "static_exponents")
+show(phase.moment_condition.static_table(static_rows, max(ns), reps), art, "static_exponents")
 miss = [r for r in static_rows if not r["holds"]]
 display(Markdown(
     f"**What it shows:** {len(static_rows) - len(miss)} of {len(static_rows)} (kernel, a) cells hold the predicted "
@@ -130,7 +123,7 @@ display(Markdown(
         + ". The prediction is asymptotic; within N <= 2^" + str(n_max_log2) + " softmax on lighter tails is still "
         "crossing over from averaging many keys to following the largest score." if miss else ".")))
 if ref_rows:
-    check = phase_static.cross_check(static_rows, ref_rows)
+    check = phase.static.cross_check(static_rows, ref_rows)
     show(check, art, "static_cross_check")
     display(Markdown(f"**Cross-check against the shipped reference:** {check['shared'] - check['misses']} of "
                      f"{check['shared']} shared cells hold the reference's exponent in this run's interval (at the "
@@ -140,10 +133,10 @@ if ref_rows:
 # %% [markdown]
 # ## The shipped static reference: the static claim decided
 #
-# The design was fixed in `heavytail/studies/phase_static.py` before the run, and the reading rule in
-# `heavytail.studies.phase_diagram.static_verdict`: every registered kernel on tail indices either side of its
+# The design was fixed in `heavytail/studies/phase/static.py` before the run, and the reading rule in
+# `heavytail.studies.phase.diagram.static_verdict`: every registered kernel on tail indices either side of its
 # boundary q + 1, the exponent fitted over nested ensembles (the range printed below), repetitions per tail
-# index sized from a pilot's spread (`phase_static.allocate`, the pilot shipped as `phase_static_pilot.json`). The claim
+# index sized from a pilot's spread (`phase.static.allocate`, the pilot shipped as `phase_static_pilot.json`). The claim
 # is an equivalence statement: *reproduced* when every cell's Bonferroni interval lies within the tolerance of
 # its prediction, *not reproduced* when some cell's lies wholly outside it, *undecided* otherwise.
 
@@ -154,16 +147,16 @@ if ref_rows:
     print(f"pilot: {pilot.get('reps')} repetitions per tail index, at commit {str(pilot.get('commit'))[:9]}")
     print(f"tail indices {design['tail_indices']}; N = {design['ns'][0]} .. {design['ns'][-1]} by doublings; "
           f"repetitions per tail index {design['reps']}; token dimension {design['d']}; seeds from "
-          f"{design['seed_base']}; tolerance +-{phase_diagram.STATIC_MARGIN:g}; Bonferroni level {ref_rows[0]['joint_level']:.5f}")
+          f"{design['seed_base']}; tolerance +-{phase.diagram.STATIC_MARGIN:g}; Bonferroni level {ref_rows[0]['joint_level']:.5f}")
     print("each kernel's boundary q + 1 and the nearest tail indices either side:",
-          "; ".join(f"{k}: {v}" for k, v in phase_static.boundaries_covered(design["tail_indices"]).items()))
-    art.save_figure(phase_plots.reference_figure(ref_rows), "static_reference")
-    show(moment_condition.static_table(ref_rows, ref_rows[0]["n_max"], max(r["reps"] for r in ref_rows)), art, "static_reference")
-    verdict, outside, straddle = phase_diagram.static_verdict(ref_rows)
+          "; ".join(f"{k}: {v}" for k, v in phase.static.boundaries_covered(design["tail_indices"]).items()))
+    art.save_figure(phase.plots.reference_figure(ref_rows), "static_reference")
+    show(phase.moment_condition.static_table(ref_rows, ref_rows[0]["n_max"], max(r["reps"] for r in ref_rows)), art, "static_reference")
+    verdict, outside, straddle = phase.diagram.static_verdict(ref_rows)
     half = [(r["joint_high"] - r["joint_low"]) / 2 for r in ref_rows]
     display(Markdown(
         f"**The static verdict: {verdict}.** Of {len(ref_rows)} cells, {len(ref_rows) - len(outside) - len(straddle)} "
-        f"have intervals within +-{phase_diagram.STATIC_MARGIN:g} of the prediction, {len(straddle)} straddle its edge and "
+        f"have intervals within +-{phase.diagram.STATIC_MARGIN:g} of the prediction, {len(straddle)} straddle its edge and "
         f"{len(outside)} lie wholly outside it; Bonferroni half-widths {min(half):.3f} to {max(half):.3f} (median "
         f"{float(np.median(half)):.3f}). Outside: " + ("; ".join(
             f"{r['kernel']} at a = {r['a']:g} (predicted {r['predicted']:.2f}, measured {r['measured']:.2f} "
@@ -187,19 +180,19 @@ if ref_rows:
 # growth both kernels share cancels, and growth is predicted where q + 1 >= a as before.
 
 # %%
-phase_rows = phase_diagram.decide(phase.runs)
-gap_rows = phase_diagram.decide(phase.runs, phase_diagram.REFERENCE)
+phase_rows = phase.diagram.decide(phase_map.runs)
+gap_rows = phase.diagram.decide(phase_map.runs, phase.diagram.REFERENCE)
 if phase_rows:
-    art.save_figure(phase_plots.phase_figure(phase_rows), "phase_diagram")
-    show(phase_diagram.phase_table(phase_rows), art, "phase_table")
-    art.save_figure(phase_plots.phase_figure(gap_rows, "gap to log-ELU"), "phase_diagram_gap")
-    show(phase_diagram.phase_table(gap_rows, "gap to log-ELU"), art, "phase_table_gap")
-    art.save_figure(phase_plots.curves_figure(phase.runs), "phase_curves")
+    art.save_figure(phase.plots.phase_figure(phase_rows), "phase_diagram")
+    show(phase.diagram.phase_table(phase_rows), art, "phase_table")
+    art.save_figure(phase.plots.phase_figure(gap_rows, "gap to log-ELU"), "phase_diagram_gap")
+    show(phase.diagram.phase_table(gap_rows, "gap to log-ELU"), art, "phase_table_gap")
+    art.save_figure(phase.plots.curves_figure(phase_map.runs), "phase_curves")
     # The joint claim needs every cell decided; its power at the map's own spread of per-seed slopes.
     spread = float(np.median([np.std(r["slopes"], ddof=1) for r in phase_rows if len(r["slopes"]) > 1] or [np.nan]))
     predicted = {(r["kernel"], r["regime"]): r["predicted"] == "grows" for r in phase_rows}
     if np.isfinite(spread):
-        power = {k: phase_diagram.map_power(predicted, spread, k, m=200) for k in (5, 10, 20)}
+        power = {k: phase.diagram.map_power(predicted, spread, k, m=200) for k in (5, 10, 20)}
         display(Markdown(f"**Power of the joint claim.** With the map's median per-seed slope spread "
                          f"({spread:.3f} in log per doubling of N) and every cell as predicted (x1.5 per doubling "
                          f"where it grows), the rule reads *reproduced* in "
@@ -222,20 +215,20 @@ else:
 # %%
 pred_rows = [r for r in phase_rows] if phase_rows else []
 if pred_rows:
-    deciding = phase_confirm.deciding_cells(sorted({r["kernel"] for r in pred_rows}), sorted({r["regime"] for r in pred_rows}))
+    deciding = phase.confirm.deciding_cells(sorted({r["kernel"] for r in pred_rows}), sorted({r["regime"] for r in pred_rows}))
     seeds_in_map = min(r["seeds"] for r in pred_rows)
     display(Markdown(
         f"- **Can:** say, per (kernel, regime) cell, whether the ratio to the floor (or the gap to log-ELU) grows with "
         f"the training N, at {seeds_in_map} seeds per cell.\n"
         f"- **Cannot:** tell App. A's boundary from its neighbours. The candidate rules "
-        + ", ".join(f"'{k}'" for k in phase_confirm.RULES) + f" disagree on only {len(deciding)} of the map's cells ("
+        + ", ".join(f"'{k}'" for k in phase.confirm.RULES) + f" disagree on only {len(deciding)} of the map's cells ("
         + ", ".join(f"{k} on {g}" for k, g in deciding) + "); and the ratio to the floor grows wherever the floor "
         "falls, so its growth is not the population divergence. The confirmatory test below is designed for that."))
 
 # %% [markdown]
 # ## Fixed-weight exponents of trained models
 #
-# Retrained cells of the phase map (`heavytail.studies.fixed_weight`, shipped as `phase_fixed_weight.json`):
+# Retrained cells of the phase map (`heavytail.studies.phase.fixed_weight`, shipped as `phase_fixed_weight.json`):
 # at the trained weights, block 0's attention output for one query over nested input ensembles, at the lower
 # and upper end of the regime's heavier-axis range, against App. A's prediction at that a; and the Hill
 # estimate of the token norms entering each block.
@@ -245,7 +238,7 @@ if fixed:
     fp = fixed["provenance"]
     print(f"fixed-weight measurements at commit {fp['commit'][:9]}, {fp['date']}, by `{fp['command']}`; runs "
           "trained at " + ", ".join(sorted({t['commit'][:9] for r in fixed['runs'] for t in r['trained']})))
-    art.save_figure(phase_plots.fixed_weight_figure(fixed["runs"]), "fixed_weight")
+    art.save_figure(phase.plots.fixed_weight_figure(fixed["runs"]), "fixed_weight")
     fw_rows = []
     for r in fixed["runs"]:
         for at in r["at"]:
@@ -259,38 +252,38 @@ if fixed:
           "notes": f"nested ensembles N = {fixed['runs'][0]['ns'][0]} .. {fixed['runs'][0]['ns'][-1]}, "
                    f"{fixed['runs'][0]['reps']} ensembles per a; Hill at N = {fixed['runs'][0]['hill_n']}, "
                    "k = 0.1 N, band a_hat (1 +- 1.96/sqrt k)"}, art, "fixed_weight")
-    within = sum(abs(at["measured"] - at["predicted"]) <= phase_diagram.STATIC_MARGIN for r in fixed["runs"] for at in r["at"])
+    within = sum(abs(at["measured"] - at["predicted"]) <= phase.diagram.STATIC_MARGIN for r in fixed["runs"] for at in r["at"])
     total = sum(len(r["at"]) for r in fixed["runs"])
     b1 = [at["hill"][1]["median"] for r in fixed["runs"] for at in r["at"] if len(at["hill"]) > 1]
     display(Markdown(
-        f"**What it shows:** block 0's exponent at trained weights lies within +-{phase_diagram.STATIC_MARGIN:g} of App. A's "
+        f"**What it shows:** block 0's exponent at trained weights lies within +-{phase.diagram.STATIC_MARGIN:g} of App. A's "
         f"prediction in {within} of {total} (run, a) cases (point estimates; 95 % intervals in the table). The "
         f"tokens entering block 1 have Hill estimates of {min(b1):.3g} to {max(b1):.3g} against the input's a "
         "(dashed): post-norm LayerNorm bounds them, so App. A's condition holds trivially from block 1 on."
-        if b1 else f"**What it shows:** {within} of {total} within +-{phase_diagram.STATIC_MARGIN:g}."))
+        if b1 else f"**What it shows:** {within} of {total} within +-{phase.diagram.STATIC_MARGIN:g}."))
 else:
-    display(Markdown("The fixed-weight measurements are not shipped (`python -m heavytail.studies.fixed_weight`)."))
+    display(Markdown("The fixed-weight measurements are not shipped (`python -m heavytail.studies.phase.fixed_weight`)."))
 
 # %% [markdown]
 # ## The confirmatory trained test, pre-registered
 #
-# Fixed in `heavytail/studies/phase_confirm.py` and `params/grid_phase_confirm.yaml` before any of its runs.
+# Fixed in `heavytail/studies/phase/confirm.py` and `params/grid_phase_confirm.yaml` before any of its runs.
 # Evaluation now keeps the per-trial records its floor-free endpoint reads (each trial's energy distance, that
-# trial's own floor and its tail indices, at the training N), and `phase_confirm.confirm` decides from them on the
+# trial's own floor and its tail indices, at the training N), and `phase.confirm.confirm` decides from them on the
 # `phase-confirm` map (`params/grid_phase_confirm.yaml`), shipped as its runs finish: the state printed below. Its
 # power uses the shipped phase map's per-seed slope spread as a stand-in for the excess endpoint's.
 
 # %%
-confirm_cells = phase_confirm.deciding_cells()
-print("candidate rules:", "; ".join(phase_confirm.RULES), f"(primary: {phase_confirm.PRIMARY})")
+confirm_cells = phase.confirm.deciding_cells()
+print("candidate rules:", "; ".join(phase.confirm.RULES), f"(primary: {phase.confirm.PRIMARY})")
 print("deciding cells and each rule's prediction (True: grows):")
 for c in confirm_cells:
-    print(f"  {c[0]} on {c[1]}: {phase_confirm.predictions(*c)}")
-print(f"seeds {phase_confirm.SEEDS[0]}-{phase_confirm.SEEDS[-1]} ({len(phase_confirm.SEEDS)} per cell; the shipped map used {phase_confirm.SHIPPED_SEEDS[0]}-"
-      f"{phase_confirm.SHIPPED_SEEDS[-1]}), N = {', '.join(map(str, phase_confirm.NS))} and {phase_confirm.LONG_N} on the moderate-regime cells")
+    print(f"  {c[0]} on {c[1]}: {phase.confirm.predictions(*c)}")
+print(f"seeds {phase.confirm.SEEDS[0]}-{phase.confirm.SEEDS[-1]} ({len(phase.confirm.SEEDS)} per cell; the shipped map used {phase.confirm.SHIPPED_SEEDS[0]}-"
+      f"{phase.confirm.SHIPPED_SEEDS[-1]}), N = {', '.join(map(str, phase.confirm.NS))} and {phase.confirm.LONG_N} on the moderate-regime cells")
 if phase_rows and np.isfinite(spread):
-    pw = {k: phase_confirm.power(spread, k, m=200) for k in (5, 10, 20, 40)}
-    need = phase_confirm.seeds_needed(spread)
+    pw = {k: phase.confirm.power(spread, k, m=200) for k in (5, 10, 20, 40)}
+    need = phase.confirm.seeds_needed(spread)
     display(Markdown(f"**Power at the map's spread ({spread:.3f}):** the primary rule, true, reads *reproduced* in "
                      + ", ".join(f"{v:.0%} at {k} seeds" for k, v in pw.items())
                      + f" (200 simulated designs each); 80 % needs {need if need else 'more than 80'} seeds per "
@@ -299,7 +292,7 @@ if phase_rows and np.isfinite(spread):
 # %%
 confirm_map = reference_maps.load("phase-confirm", root)
 confirm_runs = confirm_map["runs"] if confirm_map else []
-confirmed = phase_confirm.confirm(confirm_runs) if confirm_runs else None
+confirmed = phase.confirm.confirm(confirm_runs) if confirm_runs else None
 confirm_text = ("the confirmatory map is not shipped yet" if confirmed is None else
                 f"the confirmatory test reads {confirmed['verdict']} on {len(confirm_runs)} of "
                 f"{confirm_map['provenance']['configurations']} runs (rules: "
@@ -319,16 +312,16 @@ display(Markdown(f"**Confirmatory map:** {confirm_text}."
 # the band excludes the known index, for the output and for the target (`results.json`: `hill.band_miss`).
 
 # %%
-from heavytail.studies.kernel_gap import collect
+from heavytail.studies.run_summary import collect
 
 shown = collect(root / hill_runs_dir) if (root / hill_runs_dir).is_dir() else []
 n_top = max((r["config"]["n_points"] for r in shown), default=None)
-hill_runs = {f"{kernel_gap.variant_name(kernel_gap.variant(r))}, N = {n_top}": root / hill_runs_dir / r["name"]
+hill_runs = {f"{kernel_gap.gap.variant_name(kernel_gap.gap.variant(r))}, N = {n_top}": root / hill_runs_dir / r["name"]
              for r in shown if r["config"]["seed"] == 0 and r["config"]["n_points"] == n_top}
 if hill_runs:
-    art.save_figure(phase_plots.hill_plot_figure(hill_runs), "hill_plots")
+    art.save_figure(phase.plots.hill_plot_figure(hill_runs), "hill_plots")
     if any(r.get("hill_band") for r in shown):
-        show(phase_diagram.band_table(shown), art, "hill_band_miss")
+        show(phase.diagram.band_table(shown), art, "hill_band_miss")
     display(Markdown("**What it shows:** where a model's band leaves the dashed line its tail index is off at that "
                      "threshold; the grey band shows how often a faithful i.i.d. sample of the same size does so."))
 else:
@@ -342,7 +335,7 @@ display(Markdown("\n\n".join(f"- {claims.render(f)}" for f in found)))
 static = next(f for f in found if f["id"] == "static-exponent-matches")
 trained = next(f for f in found if f["id"] == "phase-growth-where-condition-fails")
 gap = next(f for f in found if f["id"] == "phase-gap-where-condition-fails")
-fixed_text = (f" At trained weights, block 0's exponent is within +-{phase_diagram.STATIC_MARGIN:g} of App. A's prediction in "
+fixed_text = (f" At trained weights, block 0's exponent is within +-{phase.diagram.STATIC_MARGIN:g} of App. A's prediction in "
               f"{within} of {total} cases, and LayerNorm leaves block 1 tokens without a heavy tail." if fixed else "")
 art.conclude(f"Static test of App. A's moment condition (shipped reference): {static['verdict']} "
              f"({claims.statistic_text(static)}; {static['scale']}); trained phase diagram, ratio to the floor: "

@@ -20,7 +20,7 @@
 # (App. I, Fig. 13), at N = 16384, D = 256, 6 blocks, lr 1e-3, softmax through FlashAttention under bf16
 # autocast. Every other collapse verdict in this repository comes from D = 32, 2 blocks, float32. The ladder
 # changes one factor per rung toward Table 3, on the sheared swap at N = 1024, one trial per step, on the first
-# 6,000 steps of the paper's 50,000-step schedule; the rules (`heavytail.studies.collapse_ladder`) were committed
+# 6,000 steps of the paper's 50,000-step schedule; the rules (`heavytail.studies.collapse.ladder`) were committed
 # before any ladder run, and the steps around any collapse are logged at full resolution with the attention and
 # gradient statistics the paper names as future work ("tracking attention weights and gradients around the
 # onset of collapse").
@@ -35,20 +35,17 @@ from IPython.display import Markdown, display
 
 from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.harness.config import RunConfig
-from heavytail.studies import claims
-from heavytail.studies import collapse_ladder
-from heavytail.studies import collapse_ladder_plots
-from heavytail.studies import reference_maps
+from heavytail.studies import claims, collapse, reference_maps
 from heavytail.studies.tables import show
 
 root = repo_root()
 art = artifacts("09_collapse_ladder", report=report, output_root=output_root)
 ladder = reference_maps.source("ladder", root / ladder_dir)
 long_grid = reference_maps.source("gap-long")  # rung R1: the shipped 3,000-step grid
-runs = list(ladder.runs) + [r for r in long_grid.runs if collapse_ladder.rung_of(r["config"]) == "R1"]
+runs = list(ladder.runs) + [r for r in long_grid.runs if collapse.ladder.rung_of(r["config"]) == "R1"]
 print(ladder.describe())
 print(long_grid.describe())
-for rung in collapse_ladder.RUNGS:
+for rung in collapse.ladder.RUNGS:
     print(f"{rung.name}: {rung.about}")
 
 # %% [markdown]
@@ -60,11 +57,11 @@ for rung in collapse_ladder.RUNGS:
 
 # %%
 found = [claims.decided_on([f], long_grid.label if f["id"].endswith("-R1") else ladder.label)[0]
-         for f in collapse_ladder.findings(runs)]
+         for f in collapse.ladder.findings(runs)]
 show(claims.claims_table(found, f"Collapse-ladder claims ({ladder.label})"), art, "findings")
 _ = art.save_table("claims.json", found)  # the landing page lists these
-show(collapse_ladder.table(runs), art, "ladder_cells")
-art.save_figure(collapse_ladder_plots.collapse_figure(runs), "ladder_collapse")
+show(collapse.ladder.table(runs), art, "ladder_cells")
+art.save_figure(collapse.ladder_plots.collapse_figure(runs), "ladder_collapse")
 
 # %% [markdown]
 # ## The onset, watched
@@ -77,7 +74,7 @@ art.save_figure(collapse_ladder_plots.collapse_figure(runs), "ladder_collapse")
 # is the one that sees the raw heavy-tailed tokens.
 
 # %%
-art.save_figure(collapse_ladder_plots.onset_figure(runs, block=0), "onset_aligned")
+art.save_figure(collapse.ladder_plots.onset_figure(runs, block=0), "onset_aligned")
 recipe = RunConfig.from_dict({k: v for k, v in ladder.runs[0]["config"].items()}) if ladder.runs else None
 if recipe is not None:
     display(Markdown(

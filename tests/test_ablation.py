@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from heavytail.studies.ablation import figure5_trial, findings, transport_sample
+from heavytail.studies.ablation.one_run import figure5_trial, findings, transport_sample
 from heavytail.harness.config import RunConfig
 from heavytail.science.operators import EXCHANGE, Benchmark
 

@@ -39,8 +39,14 @@ def _imports(path: Path) -> set[str]:
                 continue
             found.add(target)
             # `from heavytail import metrics` / `from . import cli` import submodules
-            found |= {f"{target}.{a.name}" for a in node.names if (PACKAGE.parent / (f"{target}.{a.name}".replace(".", "/") + ".py")).is_file()}
+            found |= {f"{target}.{a.name}" for a in node.names if _is_module(f"{target}.{a.name}")}
     return {m for m in found if m != name and m != "heavytail"}
+
+
+def _is_module(dotted: str) -> bool:
+    """Whether ``dotted`` names a heavytail module or package (``from heavytail.studies import kernel_gap``)."""
+    path = PACKAGE.parent / dotted.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _graph() -> dict[str, set[str]]:
@@ -102,7 +108,7 @@ def test_layers_import_downward_only():
 def test_the_layer_check_can_fail():
     # a science module importing the harness is the kind of edge the rule must catch
     assert _layer("heavytail.harness.config") > _layer("heavytail.science.kernels")
-    assert _layer("heavytail.pipeline.grid") > _layer("heavytail.studies.summary") > _layer("heavytail.harness.train")
+    assert _layer("heavytail.pipeline.grid") > _layer("heavytail.studies.ablation.summary") > _layer("heavytail.harness.train")
 
 
 def _notebook_imports() -> list[str]:
@@ -111,10 +117,14 @@ def _notebook_imports() -> list[str]:
         for node in ast.walk(ast.parse(nb.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("heavytail"):
                 found.add(node.module)
-                found |= {f"{node.module}.{a.name}" for a in node.names
-                          if (PACKAGE.parent / (f"{node.module}.{a.name}".replace(".", "/") + ".py")).is_file()}
+                found |= {f"{node.module}.{a.name}" for a in node.names if _is_module(f"{node.module}.{a.name}")}
             elif isinstance(node, ast.Import):
                 found |= {a.name for a in node.names if a.name.startswith("heavytail")}
+    # a study subpackage loads its modules when a notebook names them (kernel_gap.plots): probe them all
+    for name in list(found):
+        folder = PACKAGE.parent / name.replace(".", "/")
+        if (folder / "__init__.py").is_file():
+            found |= {f"{name}.{p.stem}" for p in folder.glob("[!_]*.py")}
     return sorted(found)
 
 
@@ -145,7 +155,7 @@ def _aliased_heavytail_modules(source: str) -> list[str]:
             found += [f"{a.name} as {a.asname}" for a in node.names if a.name.split(".")[0] == "heavytail" and a.asname]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "heavytail":
             found += [f"{node.module}.{a.name} as {a.asname}" for a in node.names if a.asname
-                      and (PACKAGE.parent / (f"{node.module}.{a.name}".replace(".", "/") + ".py")).is_file()]
+                      and _is_module(f"{node.module}.{a.name}")]
     return found
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from heavytail.harness.config import RunConfig
-from heavytail.studies import collapse_calibration as CC
+import heavytail.studies.collapse.calibration as CC
 
 
 @pytest.fixture(scope="module")

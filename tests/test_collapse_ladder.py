@@ -1,4 +1,4 @@
-"""The collapse ladder's rules (heavytail.studies.collapse_ladder) on synthetic runs: rungs are read off the
+"""The collapse ladder's rules (heavytail.studies.collapse.ladder) on synthetic runs: rungs are read off the
 configuration, the combined rule is calibrated under a null, and too few seeds is never "not reproduced"."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from heavytail.harness.config import RunConfig
 from heavytail.studies import claims as C
-from heavytail.studies import collapse_ladder as L
+import heavytail.studies.collapse.ladder as L
 
 M = 2000
 TOL = 3 * math.sqrt(0.05 * 0.95 / M)

@@ -1,4 +1,4 @@
-"""The converged-gap study (heavytail.studies.converged_gap) and the subnormal A/B on synthetic runs: the
+"""The converged-gap study (heavytail.studies.kernel_gap.converged) and the subnormal A/B on synthetic runs: the
 selection rule picks on its own seeds only, writes stage 2's grid, and the claims read the floor-free excess."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import yaml
 from heavytail.__main__ import main as cli_main
 from heavytail.harness.config import RunConfig
 from heavytail.studies import claims as C
-from heavytail.studies import converged_gap as G
-from heavytail.studies import subnormal_ab as AB
+import heavytail.studies.kernel_gap.converged as G
+import heavytail.studies.kernel_gap.subnormal_ab as AB
 
 M = 1000
 TOL = 3 * math.sqrt(0.05 * 0.95 / M)

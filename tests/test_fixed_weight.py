@@ -13,8 +13,8 @@ from heavytail.harness.config import RunConfig
 from heavytail.science import model as model_module
 from heavytail.science.kernels import get_kernel
 from heavytail.science.operators import Benchmark
-from heavytail.studies import fixed_weight as F
-from heavytail.studies import moment_condition as M
+import heavytail.studies.phase.fixed_weight as F
+import heavytail.studies.phase.moment_condition as M
 
 
 def test_nested_attention_is_eq7_on_every_prefix_even_with_huge_softmax_scores():

@@ -13,7 +13,7 @@ import jupytext
 import pytest
 import yaml
 
-from heavytail.studies.ablation import findings
+from heavytail.studies.ablation.one_run import findings
 from heavytail.harness.config import RunConfig
 from heavytail.harness.evaluate import load_results
 from heavytail.pipeline.configuration import configuration_jobs

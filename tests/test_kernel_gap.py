@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from heavytail.studies import claims as C
-from heavytail.studies import kernel_gap as G
-from heavytail.studies import kernel_gap_claims as K
+import heavytail.studies.kernel_gap.gap as G
+import heavytail.studies.kernel_gap.claims as K
 from heavytail.studies import reference_maps as R
+from heavytail.studies import run_summary
 from heavytail.harness.config import RunConfig
 from heavytail.pipeline.grid_file import GridSpec
 
@@ -114,7 +115,7 @@ def test_run_summary_reads_a_real_run(tmp_path):
     cfg, run_dir, _ = _trained_and_evaluated(tmp_path, kernel="softmax", attention_backend="sdpa", n_blocks=2,
                                              steps=6, eval_trials=4, eval_batch_trials=4, checkpoint_every=3,
                                              track_attention=True)
-    summary = G.run_summary(run_dir)
+    summary = run_summary.run_summary(run_dir)
     log = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert summary["skipped_steps"] == log[-1]["n_skipped"]
     assert len(summary["blocks"]) == 2
@@ -296,7 +297,7 @@ def test_windowed_share_counts_collapsed_logged_steps_per_window():
     trials (as collapsed_steps counts); a window with nothing logged is NaN, not 0."""
     import math
 
-    from heavytail.studies.kernel_gap_plots import windowed_share
+    from heavytail.studies.kernel_gap.plots import windowed_share
 
     xs, share = windowed_share([25, 50, 250, 275, 500, 1000], [0.0, 1.0, 0.5, 0.0, None, 0.2], 250)
     assert xs == [125.0, 375.0, 625.0, 875.0]
@@ -313,7 +314,7 @@ def test_a_run_summary_keeps_the_per_trial_records_at_the_training_n_and_old_res
     cfg, run_dir, results = _trained_and_evaluated(tmp_path, kernel="linear_elu", attention_backend="dense",
                                                    n_blocks=1, steps=4, eval_trials=6, eval_batch_trials=3,
                                                    checkpoint_every=2, eval_at_train_n=True)
-    got = G.trial_records(G.run_summary(run_dir))
+    got = run_summary.trial_records(run_summary.run_summary(run_dir))
     want = results["at_train_n"]["per_trial"]
     assert len(got) == cfg.eval_trials and {r["n_points"] for r in got} == {64}
     # the summary rounds the float32 distances to 9 digits: exactly the float32 values again
@@ -326,18 +327,18 @@ def test_a_run_summary_keeps_the_per_trial_records_at_the_training_n_and_old_res
     old = {k: v for k, v in load_json(run_dir / "results.json").items() if k != "per_trial"}
     old["at_train_n"] = {k: v for k, v in old["at_train_n"].items() if k != "per_trial"}
     save_json(old, run_dir / "results.json")
-    summary = G.run_summary(run_dir)
-    assert "per_trial" not in summary and G.trial_records(summary) == []
+    summary = run_summary.run_summary(run_dir)
+    assert "per_trial" not in summary and run_summary.trial_records(summary) == []
     assert summary["at_train_n"]["median"]["ratio"] == results["at_train_n"]["median"]["ratio"]
 
 
 def test_the_training_n_records_are_the_common_ones_when_the_run_was_trained_at_the_common_n():
     rec = {"n_points": 256, "d": 0.5, "floor": 0.25, "std": [1.5, 2.5]}
     same = {"config": {"n_points": 256, "eval_n_points": 256}, "per_trial": [rec]}
-    assert G.train_n_records(same) == [rec]
-    assert G.trial_records({"per_trial": G.trial_columns([rec])}) == [rec]
+    assert run_summary.train_n_records(same) == [rec]
+    assert run_summary.trial_records({"per_trial": run_summary.trial_columns([rec])}) == [rec]
     other = {"config": {"n_points": 64, "eval_n_points": 256}, "per_trial": [rec]}  # not scored at N = 64
-    assert G.train_n_records(other) == []
+    assert run_summary.train_n_records(other) == []
 
 
 def _shipping(tmp_path, monkeypatch, name, runs):
@@ -347,14 +348,14 @@ def _shipping(tmp_path, monkeypatch, name, runs):
     (grid_dir / "grid.json").write_text(json.dumps({
         "grid": R._grid_name(name), "source": spec.grid,
         "configurations": [{"name": r["name"], "status": "ok", "run_dir": r["name"]} for r in runs]}))
-    monkeypatch.setattr(G, "collect", lambda _: runs)
+    monkeypatch.setattr(run_summary, "collect", lambda _: runs)
     out = R.ship(name, grid_dir, command="test", output=tmp_path / f"{name}.json")
     return json.loads(out.read_text())["runs"]
 
 
 def test_only_a_map_that_asks_for_per_trial_records_ships_them(tmp_path, monkeypatch):
     clean = {"commit": "a" * 40, "dirty": False}
-    cols = G.trial_columns([{"n_points": 256, "d": 0.5, "floor": 0.25, "tail_index": [3.0, 2.0]}])
+    cols = run_summary.trial_columns([{"n_points": 256, "d": 0.5, "floor": 0.25, "tail_index": [3.0, 2.0]}])
     runs = [{"name": f"c{i}", "config": {}, "median": {}, "mean": {}, "collapse": {}, "provenance": [clean],
              "trace": {"step": [1], "loss": [0.5]}, "per_trial": cols} for i in range(2)]
     assert not R.MAPS["phase"].per_trial and R.MAPS["phase-confirm"].per_trial
@@ -379,7 +380,7 @@ def test_the_confirmatory_map_with_its_per_trial_records_fits_a_shipped_maps_siz
                     "floor": float(np.float32(rng.lognormal(-5, 1))),
                     "tail_index": [float(rng.uniform(2, 4.5)), float(rng.uniform(1, 3.5))]}
                    for _ in range(cfg.eval_trials)]
-        runs.append(R.with_trace_keys(dict(like, name=name, config=cfg.to_dict(), per_trial=G.trial_columns(records)),
+        runs.append(R.with_trace_keys(dict(like, name=name, config=cfg.to_dict(), per_trial=run_summary.trial_columns(records)),
                                       R.MAPS["phase-confirm"].trace_keys))
     size = len(dumps_json({"provenance": {"commits": ["a" * 40]}, "runs": runs}, indent=1) + "\n")
     assert size < 2 * 1024 * 1024, size / 2**20

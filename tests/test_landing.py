@@ -12,7 +12,7 @@ from pathlib import Path
 from heavytail.pipeline.landing import claims_in, headline_figure, render_landing
 from heavytail.pipeline.notebook import NotebookResult
 from heavytail.studies import claims as C
-from heavytail.studies import kernel_gap_claims as K
+import heavytail.studies.kernel_gap.claims as K
 from heavytail.studies import reference_maps as R
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_the_scale_table_names_the_map_that_decided_each_claim(tmp_path):
 def test_a_one_seed_claim_written_as_strict_json_renders(tmp_path):
     # a notebook writes a one-seed interval's infinite ends as the tagged strings of strict JSON (heavytail.io)
     from heavytail.io import save_json
-    from heavytail.studies import collapse_ladder
+    import heavytail.studies.collapse.ladder as collapse_ladder
 
     found = C.decided_on(collapse_ladder.findings(R.load("ladder", ROOT)["runs"]), "ladder (shipped)")
     one_seed = [c for c in found if c.get("seeds") == 1 and c.get("low") is not None and math.isinf(c["low"])]

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from heavytail.science.kernels import get_kernel
-from heavytail.studies import moment_condition as M
+import heavytail.studies.phase.moment_condition as M
 
 
 def test_the_predicted_exponent_is_piecewise_and_continuous():

@@ -65,7 +65,7 @@ def test_a_new_kernel_trains_evaluates_and_has_a_colour(new_kernel, tmp_path):
     from heavytail.harness.evaluate import evaluate
     from heavytail.harness.train import train, training_log
     from heavytail.science.attention import kernel_attention
-    from heavytail.studies import summary_plots
+    from heavytail.studies.ablation import summary_plots
 
     names._check()  # the new row is consistent with the table
     assert new_kernel in names.kernel_names() and new_kernel not in names.KERNELS
@@ -81,7 +81,7 @@ def test_a_new_kernel_trains_evaluates_and_has_a_colour(new_kernel, tmp_path):
     cfg = RunConfig.from_dict(dict(kernel=new_kernel, d_model=8, n_blocks=1, d_ff=16, steps=20, warmup_steps=2,
                                    n_points=64, trials_per_step=1, device="cpu", attention_backend="tiled",
                                    eval_trials=4, eval_n_points=32, bootstrap_resamples=20, log_every=1))
-    run = train(cfg, tmp_path / "run", quiet=True)
+    run = train(cfg, tmp_path / f"{new_kernel}-run", quiet=True)  # a grid names a run folder by its configuration
     losses = [row["loss"] for row in training_log(run)]
     assert len(losses) == 20 and all(math.isfinite(x) for x in losses)
     res = evaluate(run, floor_cache=tmp_path / "floors", quiet=True)
@@ -89,20 +89,24 @@ def test_a_new_kernel_trains_evaluates_and_has_a_colour(new_kernel, tmp_path):
     assert math.isfinite(res["energy"]["median"]["ratio"]) and len(res["energy"]["d"]) == 4
     assert any(key.startswith(f"{new_kernel} cpu") for key in res["runtime"]["evaluation"]["attention"])
     # and the report's tables and figures that list runs by kernel take it: the kernel-gap table, the runs table
-    from heavytail.studies import kernel_gap, kernel_gap_plots, summary
+    import heavytail.studies.ablation.summary as summary
+    import heavytail.studies.kernel_gap.gap as kernel_gap
+    from heavytail.studies import run_summary
+    from heavytail.studies.grid_folder import finished_runs
+    import heavytail.studies.kernel_gap.plots as kernel_gap_plots
 
-    summ = kernel_gap.run_summary(run)
+    summ = run_summary.run_summary(run)
     table = kernel_gap.table(kernel_gap.cells([summ]))
     assert [row["variant"] for row in table["rows"]] == [new_kernel]
     assert kernel_gap.variant_color(kernel_gap.variant(summ)) == "tab:pink"
-    assert new_kernel in summary.runs_table(summary.collect_runs(tmp_path).runs)["rows"][0]["run"]
+    assert new_kernel in summary.runs_table(finished_runs(tmp_path).runs)["rows"][0]["run"]
     kernel_gap_plots.gap_figure([summ])  # draws without a paper value for it
 
 
 def test_backends_norms_and_tasks_are_the_names_modules_own():
     from heavytail.harness import config
     from heavytail.science import attention, model, operators
-    from heavytail.studies import summary, summary_plots
+    from heavytail.studies.ablation import summary, summary_plots
 
     assert attention.BACKENDS is names.BACKENDS and config.BACKENDS is names.BACKENDS
     assert config.KERNELS is names.KERNELS and model.NORMS is names.NORMS and set(summary.NORMS) == set(names.NORMS)
@@ -194,7 +198,8 @@ def _variant_literals(source: str) -> list[str]:
 def test_the_variants_are_defined_once_in_the_names_module():
     from pathlib import Path
 
-    from heavytail.studies import collapse_ladder, kernel_gap
+    import heavytail.studies.collapse.ladder as collapse_ladder
+    import heavytail.studies.kernel_gap.gap as kernel_gap
 
     for v in ("SOFTMAX_SDPA", "SOFTMAX_EXACT", "LOG_ELU"):
         assert getattr(kernel_gap, v) is getattr(names, v) is getattr(collapse_ladder, v), v

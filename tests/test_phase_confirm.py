@@ -1,4 +1,4 @@
-"""The pre-registered confirmatory trained test (heavytail.studies.phase_confirm): its deciding cells are
+"""The pre-registered confirmatory trained test (heavytail.studies.phase.confirm): its deciding cells are
 exactly where the candidate rules disagree, its grid runs them on new seeds, and its rule, simulated under
 each candidate rule as the truth, calls the primary claim reproduced at most ~5 % of the time when another rule
 holds, and not reproduced at most ~5 % of the time when it holds (like tests/test_claims.py). On synthetic runs
@@ -16,7 +16,7 @@ import pytest
 
 from heavytail.pipeline.grid_file import GridSpec
 from heavytail.studies import claims as C
-from heavytail.studies import phase_confirm as PC
+import heavytail.studies.phase.confirm as PC
 
 ROOT = Path(__file__).resolve().parents[1]
 SD = 0.10  # per-seed slope spread in log per doubling, as tests/test_phase_diagram.py's (the kernel-gap map's)
@@ -86,7 +86,7 @@ def _run(kernel, regime, seed, n, rng, log_excess, stratum_growth=0.0, trials=TR
     """A run summary with synthetic per-trial records at training N ``n``: floors falling like 2 delta / N (eq. 34),
     excesses lognormal around ``log_excess`` (plus ``stratum_growth`` per doubling on trials of stratum 0 only)."""
     from heavytail.names import TAIL_REGIMES
-    from heavytail.studies.kernel_gap import trial_columns
+    from heavytail.studies.run_summary import trial_columns
 
     lo, hi = TAIL_REGIMES[regime][PC.HEAVIER_AXIS]
     a = rng.uniform(lo, hi, trials)
@@ -148,7 +148,7 @@ def test_a_null_is_read_as_bounded_everywhere_though_its_ratio_to_the_floor_grow
     for (_, regime), slope in _mean_slopes(result).items():
         assert abs(slope) < 4 * _slope_sd(regime)
     # what the endpoint is free of: eq. 36's ratio of medians grows with N by the falling floor alone (x2 per doubling)
-    from heavytail.studies.kernel_gap import trial_records
+    from heavytail.studies.run_summary import trial_records
 
     by_seed = {}
     for r in runs:

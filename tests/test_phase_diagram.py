@@ -9,7 +9,7 @@ import numpy as np
 
 from heavytail.harness.config import RunConfig
 from heavytail.studies import claims as C
-from heavytail.studies import phase_diagram as P
+import heavytail.studies.phase.diagram as P
 
 
 def _run(kernel, regime, n, seed, ratio):

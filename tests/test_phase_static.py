@@ -1,4 +1,4 @@
-"""The static reference's design (heavytail.studies.phase_static): every kernel's boundary has a tail index on
+"""The static reference's design (heavytail.studies.phase.static): every kernel's boundary has a tail index on
 either side, the pilot's spread sizes the repetitions, and the cross-check of a small run against the reference
 flags a cell that is off and passes one that is not."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from heavytail.studies import phase_static as S
+import heavytail.studies.phase.static as S
 
 
 def test_every_kernel_boundary_has_a_tail_index_either_side_and_q2_its_neighbourhood():

@@ -11,7 +11,7 @@ from pathlib import Path
 from heavytail.__main__ import _COMMANDS
 from heavytail.studies import claim_groups as CG
 from heavytail.studies import claims as C
-from heavytail.studies import kernel_gap_claims as K
+import heavytail.studies.kernel_gap.claims as K
 from heavytail.studies import reference_maps as R
 
 ROOT = Path(__file__).resolve().parents[1]

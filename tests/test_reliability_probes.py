@@ -20,7 +20,7 @@ from heavytail.harness.artifacts import repo_root
 from heavytail.harness.config import RunConfig
 from heavytail.harness.rundir import RunDir
 from heavytail.pipeline.grid_file import GridSpec
-from heavytail.studies import kernel_gap
+from heavytail.studies import run_summary
 from heavytail.studies import reference_maps as R
 
 ROOT = repo_root()
@@ -68,7 +68,7 @@ def shipped(tmp_path) -> Path:
 
 
 def test_a_shipped_map_is_not_replaced_by_a_map_of_another_grid(tmp_path, shipped, capsys, monkeypatch):
-    monkeypatch.setattr(kernel_gap, "collect", lambda grid_dir: _fake_runs(3))
+    monkeypatch.setattr(run_summary, "collect", lambda grid_dir: _fake_runs(3))
     other = tmp_path / "grid-smoke"
     _grid_record(other, "grid-smoke", str(PARAMS / "grid_smoke.yaml"), 3)
     before = shipped.read_bytes()
@@ -85,7 +85,7 @@ def test_a_shipped_map_is_replaced_only_by_as_many_finished_runs_or_with_force_k
     grid_dir = tmp_path / "grid-gap-design"
     _grid_record(grid_dir, "grid-gap-design", "/elsewhere/params/grid_gap_design.yaml", held)
     before = shipped.read_bytes()
-    monkeypatch.setattr(kernel_gap, "collect", lambda grid_dir: _fake_runs(2))  # the grid resumed, 2 runs so far
+    monkeypatch.setattr(run_summary, "collect", lambda grid_dir: _fake_runs(2))  # the grid resumed, 2 runs so far
     assert main(["ship-map", "gap-design", str(grid_dir), "--output", str(shipped)]) == 2
     assert f"holds {held} finished runs and this grid 2" in _one_line(capsys, "ship-map")
     assert shipped.read_bytes() == before
@@ -94,7 +94,7 @@ def test_a_shipped_map_is_replaced_only_by_as_many_finished_runs_or_with_force_k
     assert shipped.with_name(shipped.name + ".bak").read_bytes() == before
     assert len(json.loads(shipped.read_text())["runs"]) == 2
 
-    monkeypatch.setattr(kernel_gap, "collect", lambda grid_dir: _fake_runs(held))  # finished: it may replace it
+    monkeypatch.setattr(run_summary, "collect", lambda grid_dir: _fake_runs(held))  # finished: it may replace it
     assert main(["ship-map", "gap-design", str(grid_dir), "--output", str(shipped)]) == 0
     assert json.loads(shipped.read_text())["provenance"]["complete"]
 
@@ -105,7 +105,7 @@ def test_a_grid_resumed_in_a_fresh_folder_ships_with_the_runs_shipped_before(tmp
     out = tmp_path / "kernel_gap_design.json"
     first = tmp_path / "session-1" / "grid-gap-design"
     _grid_record(first, "grid-gap-design", str(PARAMS / "grid_gap_design.yaml"), 5)
-    monkeypatch.setattr(kernel_gap, "collect", lambda grid_dir: _fake_runs(5)[:3])
+    monkeypatch.setattr(run_summary, "collect", lambda grid_dir: _fake_runs(5)[:3])
     assert main(["ship-map", "gap-design", str(first), "--output", str(out)]) == 0
     assert json.loads(out.read_text())["provenance"]["finished"] == 3
 
@@ -114,7 +114,7 @@ def test_a_grid_resumed_in_a_fresh_folder_ships_with_the_runs_shipped_before(tmp
     rerun = _fake_runs(5)[2:]
     for r in rerun:
         r["median"] = {"rerun": True}
-    monkeypatch.setattr(kernel_gap, "collect", lambda grid_dir: rerun)
+    monkeypatch.setattr(run_summary, "collect", lambda grid_dir: rerun)
     assert main(["ship-map", "gap-design", str(later), "--output", str(out)]) == 0
     shipped = json.loads(out.read_text())
     assert [r["name"] for r in shipped["runs"]] == ["c0", "c1", "c2", "c3", "c4"]

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import yaml
 
-from heavytail.studies import ablation_claims as AC
+import heavytail.studies.ablation.claims as AC
 from heavytail.studies import paper_numbers as PN
-from heavytail.studies import summary as S
+import heavytail.studies.ablation.summary as S
+from heavytail.studies.grid_folder import FinishedRun, filter_runs, finished_runs
 from heavytail.harness.config import RunConfig
 from heavytail.io import save_json
 
@@ -63,7 +64,7 @@ def paper_like_grid(changes=None):
                             kw = dict(ratio=0.8 if sym else 1.5)
                     kw.update((changes or {}).get((bench, marg, kernel, sym), {}))
                     out.append(fake_results(bench, marg, "post", kernel, sym, **kw))
-    return [S.run_from_results(r) for r in out]
+    return [FinishedRun.from_results(r) for r in out]
 
 
 def verdicts(runs):
@@ -78,7 +79,7 @@ def test_one_seed_per_configuration_is_undecided_never_not_reproduced():
     f = found["softmax-collapses-sheared_swap"]
     assert "seeds per configuration (here 1)" in f["needs"] and "1 seed(s) per configuration" in f["scale"]
     # the same grid with five seeds per configuration is decided
-    five = [S.run_from_results(dict(r.results, config=dict(r.config, seed=s)))
+    five = [FinishedRun.from_results(dict(r.results, config=dict(r.config, seed=s)))
             for r in paper_like_grid() for s in range(5)]
     assert {f["verdict"] for f in AC.findings(S.aggregate(five))} <= {"reproduced", "not reproduced", "not run"}
 
@@ -127,7 +128,7 @@ def test_overlapping_intervals_are_not_lower_and_intervals_are_similar_only_if_t
 
 # ------------------------------------------------------------------------------------------ seeds
 def test_seeds_aggregate_to_the_median_with_their_range_and_a_majority_collapse_label():
-    runs = [S.run_from_results(fake_results(seed=s, ratio=r, collapsed=c))
+    runs = [FinishedRun.from_results(fake_results(seed=s, ratio=r, collapsed=c))
             for s, r, c in ((0, 1.0, False), (1, 1.2, True), (2, 5.0, False))]
     (agg,) = S.aggregate(runs)
     assert agg["n_seeds"] == 3 and agg["seeds"] == [0, 1, 2]
@@ -138,20 +139,20 @@ def test_seeds_aggregate_to_the_median_with_their_range_and_a_majority_collapse_
     assert len(agg["d"]) == 24
     text = S.ratio_cell(agg, "median")["text"]
     assert "n=3" in text and "collapse in 1/3" in text
-    runs[0] = S.run_from_results(fake_results(seed=0, ratio=1.0, collapsed=True))
+    runs[0] = FinishedRun.from_results(fake_results(seed=0, ratio=1.0, collapsed=True))
     (agg,) = S.aggregate(runs)
     assert agg["collapse"]["label"] == "collapse"
 
 
 def test_two_configurations_on_one_cell_are_an_error_naming_the_difference():
-    runs = [S.run_from_results(fake_results()), S.run_from_results(fake_results())]
+    runs = [FinishedRun.from_results(fake_results()), FinishedRun.from_results(fake_results())]
     cfg = dict(runs[1].results["config"], attention_backend="tiled")
-    runs[1] = S.run_from_results(dict(runs[1].results, config=cfg))
+    runs[1] = FinishedRun.from_results(dict(runs[1].results, config=cfg))
     with pytest.raises(ValueError, match="attention_backend"):
         S.ratio_table(S.aggregate(runs), "sheared_swap")
-    assert len(S.filter_runs(runs, attention_backend="dense")) == 1
+    assert len(filter_runs(runs, attention_backend="dense")) == 1
     with pytest.raises(ValueError, match="not a configuration key"):
-        S.filter_runs(runs, widht=3)
+        filter_runs(runs, widht=3)
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -188,7 +189,9 @@ def test_the_paper_values_are_read_back_in_table_order():
 
 def test_the_claims_quote_the_papers_values_from_the_one_table_of_them():
     from heavytail.names import SLOWER_KERNELS
-    from heavytail.studies import collapse_ladder, converged_gap, kernel_gap_claims
+    import heavytail.studies.collapse.ladder as collapse_ladder
+    import heavytail.studies.kernel_gap.claims as kernel_gap_claims
+    import heavytail.studies.kernel_gap.converged as converged_gap
 
     assert PN.paper_range("sheared_swap", SLOWER_KERNELS, False) == "0.980-1.174"
     assert PN.paper_range("matrix_inverse", SLOWER_KERNELS, True) == "1.135-1.167"
@@ -249,14 +252,14 @@ def test_collect_uses_finished_evaluated_runs_and_says_why_it_skipped_the_others
     inf_run = fake_results(kernel="squared_elu", symlog=True)
     inf_run["energy"]["mean"]["ratio"] = math.inf
     _write_run(tmp_path / "e", inf_run)
-    got = S.collect_runs(tmp_path)
-    assert sorted(r.name for r in got.runs) == sorted([fake_results(kernel="softmax")["name"], inf_run["name"]])
+    got = finished_runs(tmp_path)
+    assert sorted(r.name for r in got.runs) == ["a", "e"]  # a run is named by its folder in the grid
     reasons = {s["run"]: s["reason"] for s in got.skipped}
     assert set(reasons) == {"b", "c", "d"}
     assert "not evaluated" in reasons["b"] and "COMPLETE" in reasons["c"] and "steps" in reasons["d"]
     assert math.isinf(next(r for r in got.runs if r.config["symlog"]).results["energy"]["mean"]["ratio"])
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        S.collect_runs(tmp_path / "nope")
+        finished_runs(tmp_path / "nope")
 
 
 def _grid_folder(tmp_path):
@@ -280,8 +283,9 @@ def _grid_folder(tmp_path):
     return grid, made
 
 
-def test_both_readers_of_a_grid_folder_count_the_same_runs_and_skip_the_others_for_the_same_reasons(tmp_path):
-    from heavytail.studies import grid_folder, kernel_gap
+def test_the_one_reader_of_a_grid_folder_counts_the_runs_and_says_why_it_skipped_the_others(tmp_path):
+    from heavytail.studies import run_summary
+    from heavytail.studies import grid_folder
 
     grid, made = _grid_folder(tmp_path)
     found = grid_folder.finished_runs(grid)
@@ -291,10 +295,8 @@ def test_both_readers_of_a_grid_folder_count_the_same_runs_and_skip_the_others_f
     assert "stale" in reasons["b-stale"] and "steps" in reasons["b-stale"]
     assert "'failed'" in reasons["c-failed"] and "cell 3 raised" in reasons["c-failed"]
     assert "does not list it" in reasons["d-unlisted"]
-    # the summary's reader and the shipped maps' reader are that one reader
-    collected = S.collect_runs(grid)
-    assert [r.name for r in collected.runs] == [made["z-soft"]["name"]] and collected.skipped == found.skipped
-    assert [r["name"] for r in kernel_gap.collect(grid)] == ["z-soft"]
+    # the shipped maps summarise the same runs
+    assert [r["name"] for r in run_summary.collect(grid)] == ["z-soft"]
     # the grid's order, not the folders' names, orders the runs (a shipped map keeps its order)
     import json
 
@@ -302,19 +304,19 @@ def test_both_readers_of_a_grid_folder_count_the_same_runs_and_skip_the_others_f
     record["configurations"] = [dict(e, status="ok") for e in record["configurations"]]
     record["configurations"].insert(0, {"name": "d-unlisted", "run_dir": "d-unlisted", "status": "ok"})
     (grid / "grid.json").write_text(json.dumps(record))
-    assert [r["name"] for r in kernel_gap.collect(grid)] == ["d-unlisted", "z-soft", "c-failed"]
-    assert [r.name for r in S.collect_runs(grid).runs] == [made[k]["name"] for k in ("d-unlisted", "z-soft", "c-failed")]
+    assert [r["name"] for r in run_summary.collect(grid)] == ["d-unlisted", "z-soft", "c-failed"]
+    assert [r.name for r in finished_runs(grid).runs] == ["d-unlisted", "z-soft", "c-failed"]
     # without grid.json the summary reads every folder (a stale one still skipped); the maps' reader reads nothing
     (grid / "grid.json").unlink()
-    assert {s["run"] for s in S.collect_runs(grid).skipped} == {"b-stale"}
-    assert kernel_gap.collect(grid) == []
+    assert {s["run"] for s in finished_runs(grid).skipped} == {"b-stale"}
+    assert run_summary.collect(grid) == []
 
 
 def test_a_damaged_grid_record_is_refused_not_read_around(tmp_path):
     grid, _ = _grid_folder(tmp_path)
     (grid / "grid.json").write_text('{"grid": "g"}')
     with pytest.raises(ValueError, match="not a grid record"):
-        S.collect_runs(grid)
+        finished_runs(grid)
 
 
 # ------------------------------------------------------------------------------------------ real runs
@@ -335,7 +337,7 @@ def tiny_grid(tmp_path_factory):
 def test_the_summary_builds_its_tables_from_two_tiny_finished_runs(tiny_grid):
     from heavytail.harness.evaluate import load_results
 
-    got = S.collect_runs(tiny_grid)
+    got = finished_runs(tiny_grid)
     assert len(got.runs) == 2 and not got.skipped
     aggs = S.aggregate(got.runs)
     by_kernel = {a["kernel"]: a for a in aggs}
@@ -375,7 +377,7 @@ def test_the_summary_notebook_runs_on_two_tiny_runs(tiny_grid, tmp_path):
                           cwd=root, report="test", progress=False)
     assert result.status == "ok", (result.failed_cell, result.error)
     art = tmp_path / "06_summary"
-    aggs = S.aggregate(S.collect_runs(tiny_grid).runs)
+    aggs = S.aggregate(finished_runs(tiny_grid).runs)
     with open(art / "table5_median.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["mirrored Pareto / none"] for r in rows] == [c["mirrored Pareto / none"]

@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from heavytail.names import KERNEL_COLORS  # noqa: E402
-from heavytail.studies.summary_plots import training_curve  # noqa: E402
+from heavytail.studies.ablation.summary_plots import training_curve  # noqa: E402
 
 
 def test_training_curve_draws_faint_raw_and_a_rolling_median_that_skips_bad_steps():
@@ -45,7 +45,7 @@ def test_training_curve_rejects_mismatched_arrays():
 
 
 def test_log_series_reads_row_keys_block_means_and_the_largest_block_gradient():
-    from heavytail.studies.summary_plots import diagnostics_figure, log_series
+    from heavytail.studies.ablation.summary_plots import diagnostics_figure, log_series
 
     log = [{"step": 1, "loss": 2.0, "skipped": False,
             "blocks": [{"attn_max_weight": 0.2, "grad_norm": 1.0}, {"attn_max_weight": 0.4, "grad_norm": 3.0}]},

@@ -38,7 +38,7 @@ from heavytail.io import atomic_write_text, load_json
 from heavytail.studies.claims import VERDICTS, fmt, interval_text, scale_label  # the one list of verdict states
 from heavytail.studies.grid_folder import GRID_JSON
 
-CLAIMS_FILE = "claims.json"  # a list of claims a notebook checked; see :func:`heavytail.studies.summary.findings`
+CLAIMS_FILE = "claims.json"  # a list of claims a notebook checked; see :func:`heavytail.studies.ablation.summary.findings`
 SCALE_FILE = "scale.csv"  # columns: setting, this run's value(s), the paper's value
 TABLE_SUFFIXES = (".csv", ".json")
 NOT_REPORT_ITEMS = {CONCLUSION_FILE}  # read by this page, not offered as a table

@@ -16,8 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from heavytail.studies import (claims, collapse_ladder, converged_gap, kernel_gap_claims, phase_diagram,
-                               reference_maps, subnormal_ab)
+import heavytail.studies.collapse.ladder as collapse_ladder
+import heavytail.studies.kernel_gap.claims as kernel_gap_claims
+import heavytail.studies.kernel_gap.converged as converged_gap
+import heavytail.studies.kernel_gap.subnormal_ab as subnormal_ab
+import heavytail.studies.phase.diagram as phase_diagram
+from heavytail.studies import claims, reference_maps
 
 TABLE = "table"  # the name under which `claims` prints every headline group as one table
 

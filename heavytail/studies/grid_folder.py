@@ -1,6 +1,6 @@
-"""The finished runs of a grid folder: the one reader behind the summary's runs (:func:`heavytail.studies.summary.
-collect_runs`, notebooks 05 and 06) and the run summaries of the shipped maps (:func:`heavytail.studies.kernel_gap.
-collect`: ``ship-map``, ``select-lr``, notebooks 07 and 08).
+"""The finished runs of a grid folder, and their record: the one reader every study reads runs through (notebooks 05
+and 06 directly; the shipped maps through their summaries, :func:`heavytail.studies.run_summary.collect`:
+``ship-map``, ``select-lr``, notebooks 07 to 09), and :class:`FinishedRun`, the one record of a run.
 
 A run folder counts when every rule below holds, and every other folder is listed with the first rule it breaks:
 
@@ -23,8 +23,9 @@ several grids) every run folder below is read, searched recursively in name orde
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from heavytail.harness.rundir import RunDir, find_run_dirs
 from heavytail.io import load_json
@@ -36,11 +37,47 @@ RESULTS_KEYS = ("config", "collapse", "energy")  # what every reader of a run's 
 
 @dataclass(frozen=True)
 class FinishedRun:
-    """One counted run: its folder (``name``: relative to the grid folder) and its ``results.json``."""
+    """One finished, evaluated run, the record every study reads: ``name`` (relative to the grid folder), its
+    folder (None for results made by hand) and its ``results.json``; its configuration, training log and the
+    attention paths its training and evaluation recorded are read from them. A shipped map keeps each run as a
+    summary of this record (:func:`heavytail.studies.run_summary.run_summary`)."""
 
     name: str
-    run_dir: RunDir
+    run_dir: RunDir | None
     results: Mapping[str, Any]
+
+    @classmethod
+    def from_results(cls, results: Mapping[str, Any], run_dir: str | Path | None = None) -> "FinishedRun":
+        """The record of an evaluation results dict (the structure of ``results.json``); ValueError when it is
+        not one."""
+        missing = [k for k in RESULTS_KEYS if k not in results]
+        if missing:
+            raise ValueError(f"results of {run_dir or results.get('name')} lack {missing}; "
+                             "expected the dict written by heavytail.harness.evaluate.evaluate")
+        folder = RunDir(run_dir) if run_dir is not None else None
+        return cls(str(results.get("name") or (folder.path.name if folder else "run")), folder, results)
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        return self.results["config"]
+
+    @cached_property
+    def log(self) -> tuple[Mapping[str, Any], ...]:
+        """The training log (``metrics.jsonl``), read once; () for results made by hand."""
+        return tuple(self.run_dir.training_log()) if self.run_dir is not None else ()
+
+    @cached_property
+    def attention(self) -> dict[str, str | None]:
+        """The attention paths the run recorded, as :func:`heavytail.harness.train.backend_label` wrote them
+        (``"sdpa"``, ``"tiled"``, ``"flash:native"``, ``"flex+flash"``): ``{"train": ..., "eval": ...}``, from
+        ``results.json``'s runtime (training's from ``train_summary.json`` when evaluation did not copy it); None
+        where none was recorded (runs trained before training recorded it)."""
+        runtime = self.results.get("runtime") or {}
+        trained = runtime.get("training") or {}
+        if not trained and self.run_dir is not None:
+            trained = self.run_dir.train_summary().get("runtime") or {}
+        return {"train": trained.get("attention_backend") or None,
+                "eval": (runtime.get("evaluation") or {}).get("attention_backend") or None}
 
 
 @dataclass(frozen=True)
@@ -130,3 +167,12 @@ def finished_runs(grid_dir: str | Path) -> FinishedRuns:
             skipped.append({"run": name, "reason": f"not a configuration of the grid: {GRID_JSON} does not list it "
                                                    "(its grid file changed since it ran?)"})
     return FinishedRuns(tuple(runs), tuple(skipped), record)
+
+
+def filter_runs(runs: Iterable[FinishedRun], **equal: Any) -> list[FinishedRun]:
+    """The runs whose configuration has ``config[key] == value`` for every given key (unknown keys: error)."""
+    runs = list(runs)
+    for key in equal:
+        if runs and key not in runs[0].config:
+            raise ValueError(f"filter key {key!r} is not a configuration key; allowed: {', '.join(sorted(runs[0].config))}")
+    return [r for r in runs if all(r.config.get(k) == v for k, v in equal.items())]

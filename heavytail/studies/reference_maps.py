@@ -1,6 +1,6 @@
 """The shipped reference maps under ``outputs/reference/``: their names, files, grids, and how one is shipped.
 
-A map is a grid's per-run summaries (:func:`heavytail.studies.kernel_gap.run_summary`: configuration,
+A map is a grid's per-run summaries (:func:`heavytail.studies.run_summary.run_summary`: configuration,
 ratios with intervals, collapse, traces; never checkpoints or weights) with provenance. The provenance is
 the runs' own (:mod:`heavytail.harness.provenance`, recorded at training time): shipping refuses runs from a
 dirty tree or from several commits unless told otherwise, and a grid shipped before it finished says so
@@ -44,7 +44,7 @@ class MapSpec:
     # The trace series shipped with each run (None: all). A map whose readers draw only some keeps the file small
     # enough to review and to hold more runs.
     trace_keys: tuple[str, ...] | None = None
-    # Whether the runs keep their per-trial evaluation records (heavytail.studies.kernel_gap.trial_records): only
+    # Whether the runs keep their per-trial evaluation records (heavytail.studies.run_summary.trial_records): only
     # a map whose readers score trials does; the records would be most of every other map's size.
     per_trial: bool = False
 
@@ -178,7 +178,7 @@ def portable_command(command: str) -> str:
 
 def source(name: str, local_dir: str | Path | None = None, root: Path | None = None) -> Source:
     """Map ``name``'s runs: from ``local_dir`` when it holds finished runs of a re-run, else the shipped file."""
-    from heavytail.studies.kernel_gap import collect
+    from heavytail.studies.run_summary import collect
 
     about = MAPS[name].title if name in MAPS else name
     if local_dir is not None and Path(local_dir).is_dir():
@@ -274,7 +274,8 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
          output: str | Path | None = None, force: bool = False) -> Path:
     """Write the finished runs of ``grid_dir`` as map ``name``; returns the file written. Refused (ValueError) for
     a folder of another grid and, unless ``force``, over a map with more finished runs (see the module docstring)."""
-    from heavytail.studies.kernel_gap import collect, path_mismatches
+    from heavytail.studies.kernel_gap.gap import path_mismatches
+    from heavytail.studies.run_summary import collect
 
     grid_dir = Path(grid_dir)
     record_path = grid_dir / GRID_JSON
@@ -363,12 +364,12 @@ class ComputedSpec:
 
 COMPUTED = {
     "phase-static": ComputedSpec(
-        "phase_static.json", "python -m heavytail.studies.phase_static --pilot outputs/reference/phase_static.json "
+        "phase_static.json", "python -m heavytail.studies.phase.static --pilot outputs/reference/phase_static.json "
         "--most 3000 --work outputs/phase-static-work --output outputs/reference/phase_static.json",
         "static reference", "growth exponent of one query's attention output, every kernel x 9 tail indices, "
         "N = 2^10 .. 2^20, repetitions per tail index sized from the previous reference's spread (App. A)"),
     "phase-fixed-weight": ComputedSpec(
-        "phase_fixed_weight.json", "python -m heavytail.studies.fixed_weight outputs/phase-fixed/<run> ... "
+        "phase_fixed_weight.json", "python -m heavytail.studies.phase.fixed_weight outputs/phase-fixed/<run> ... "
         "--output outputs/reference/phase_fixed_weight.json", "fixed-weight measurements",
         "block 0's attention-output exponent and each block's token tail index at trained weights (6 runs)"),
 }

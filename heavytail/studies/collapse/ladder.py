@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_F32, SOFTMAX_SDPA
 from heavytail.studies import claims as C
-from heavytail.studies.kernel_gap import collapsed_steps, map_extent, variant  # noqa: F401  (variant: re-exported)
+from heavytail.studies.kernel_gap.gap import collapsed_steps, map_extent, variant  # noqa: F401  (variant: re-exported)
 from heavytail.studies.paper_numbers import PAPER_ONSET
 
 NOTEBOOK = "09_collapse_ladder"

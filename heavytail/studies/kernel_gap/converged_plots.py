@@ -1,4 +1,4 @@
-"""Figures of the converged-gap study (heavytail.studies.converged_gap): the gap against N at both recipes, and
+"""Figures of the converged-gap study (heavytail.studies.kernel_gap.converged): the gap against N at both recipes, and
 each variant's validation score against steps at its chosen learning rate. Each takes run summaries."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from heavytail.studies import claims as C
-from heavytail.studies import converged_gap as CG
-from heavytail.studies.kernel_gap import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, paired_ratio, sizes, variant,
+import heavytail.studies.kernel_gap.converged as CG
+from heavytail.studies.kernel_gap.gap import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, paired_ratio, sizes, variant,
                                           variant_color, variant_name)
 
 RECIPE_STYLES = (("-", "o"), ("--", "s"))

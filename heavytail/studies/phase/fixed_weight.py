@@ -7,7 +7,7 @@ input's tail index a (the heavier latent axis dominates |x|); with post-norm blo
 LayerNorm's output, whose norm is bounded. This module measures both at the trained weights:
 
 - :func:`attention_growth`: block ``b``'s attention output (eq. 7) for one query over nested ensembles, the
-  first N of N_max input points, in float64 through :func:`heavytail.studies.moment_condition.nested_attention`;
+  first N of N_max input points, in float64 through :func:`heavytail.studies.phase.moment_condition.nested_attention`;
   its growth exponent (moment_condition.fit_exponent) is compared with moment_condition.predicted_slope at
   the kernel's q and the ensemble's heavier-axis tail index;
 - :func:`block_tail_indices`: the Hill estimate (eq. 38, k = 0.1 N) of the token norms |h_j| entering each
@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from heavytail.studies import moment_condition as M
+import heavytail.studies.phase.moment_condition as M
 
 HILL_PHI = 0.1  # eq. 38's k = 0.1 N (App. J.1)
 
@@ -146,7 +146,7 @@ HILL_N = 4096
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m heavytail.studies.fixed_weight RUN_DIR ... --output FILE``: :func:`measure_run` on each
+    """``python -m heavytail.studies.phase.fixed_weight RUN_DIR ... --output FILE``: :func:`measure_run` on each
     finished run, with provenance."""
     import argparse
     import sys
@@ -155,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from heavytail.harness.provenance import record
     from heavytail.io import save_json
 
-    parser = argparse.ArgumentParser(prog="python -m heavytail.studies.fixed_weight", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m heavytail.studies.phase.fixed_weight", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="finished run folders")
     parser.add_argument("--output", required=True)
     parser.add_argument("--reps", type=int, default=REPS)
@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for r in args.runs:
         results.append(measure_run(r, NS, args.reps, HILL_N) | {"trained": _run_provenance(r)})
-    prov |= {"command": "python -m heavytail.studies.fixed_weight " + " ".join(argv if argv is not None
+    prov |= {"command": "python -m heavytail.studies.phase.fixed_weight " + " ".join(argv if argv is not None
                                                                                else sys.argv[1:]),
              "seconds": round(time.time() - start, 1)}
     path = save_json({"provenance": prov, "runs": results}, Path(args.output))

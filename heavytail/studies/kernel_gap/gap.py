@@ -9,46 +9,27 @@ S and subtracts a stored log-sum-exp, which loses every digit once |S| ~ 1e8. Th
 (``params/grid_gap_*.yaml``) separates the two by training softmax both through SDPA and through exact
 float32 (tiled) attention on the same data streams, next to the slower kernels, at several N and seeds.
 
-This module turns such a grid's run folders into small per-run summaries (:func:`run_summary`) and
+This module groups a grid's run summaries (:mod:`heavytail.studies.run_summary`) by the attention path that ran
+(:func:`variant`; a summary made before summaries kept the path, by the path its configuration asks for) and
 aggregates them per (variant, N) across seeds (:func:`cells`); the claims are decided in
-:mod:`heavytail.studies.kernel_gap_claims`, the shipped maps are read through
+:mod:`heavytail.studies.kernel_gap.claims`, the shipped maps are read through
 :mod:`heavytail.studies.reference_maps`. Every ratio is eq. 36's median ratio to the sampling floor with eq.
 37's bootstrap interval, read either at the common evaluation N (``at="common"``) or, for runs scored there
-too, at the run's own training N (``at="train"``). A summary also keeps the run's per-trial evaluation records at
-its training N (distance, the trial's own floor, its tail indices: :func:`trial_records`), for statistics of
-the excess over the floor that eq. 36's ratio of two medians cannot give; runs evaluated before evaluation
-kept them have none. And it keeps the attention paths the run's training and evaluation recorded
-(:func:`attention_paths`): a run is grouped by the path that ran (:func:`variant`), and a summary made before
-summaries kept it by the path its configuration asks for.
+too, at the run's own training N (``at="train"``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from heavytail.harness.rundir import RunDir
-from heavytail.studies.grid_folder import GRID_JSON, finished_runs
 from heavytail.names import BACKEND_LABELS, KERNEL_COLORS, kernel_names, label_backends, variant_of
 # The variants the claims compare (heavytail.names): softmax through SDPA's flash-style backward, softmax through
 # exact float32 attention, and the slowest-growing kernel of Table 1.
 from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA  # noqa: F401  (re-exported)
 
 AT = ("common", "train")  # where a ratio is read: the common evaluation N, or the run's own training N
-TRACE_KEYS = ("loss", "grad_norm", "collapsed_fraction")
-BLOCK_TRACE_KEYS = ("max_abs_score", "attn_entropy_ratio", "attn_max_weight", "qk_spectral_norm", "grad_norm")
-# Logged only by runs trained with them (absorption and the W_Q/W_K gradient, App. I's precursors); older
-# runs lack them, so they join a summary only where present.
-ONSET_BLOCK_KEYS = ("attn_absorbed", "qk_grad_norm")
-RATIO_KEYS = ("ratio", "low", "high", "bold", "candidate", "floor")  # eq. 36-37, with the two medians it divides
-# Per-trial parameters a record may carry: the mirrored Pareto's tail indices or the Gaussian's stds, per axis.
-TRIAL_PARAMS = ("tail_index", "std")
-# Significant digits kept in a summary: 9 give back every float32 distance exactly (evaluation computes them in
-# float32, accumulated in float64), so d - floor loses nothing; 4 place a tail index (a draw from a range one
-# unit wide) to 1e-3, finer than any stratum of it. A shipped map holds 64 trials of hundreds of runs.
-_DISTANCE_DIGITS, _PARAM_DIGITS = 9, 4
 
 
 class PathMismatch(ValueError):
@@ -62,7 +43,7 @@ def configured_variant(config: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def recorded_variant(run: Mapping[str, Any]) -> tuple[str, str] | None:
-    """The variant of the attention path the run's training recorded (:func:`attention_paths`), or None for a
+    """The variant of the attention path the run's training recorded (:attr:`heavytail.studies.grid_folder.FinishedRun.attention`), or None for a
     summary made before summaries kept it and a run whose training recorded none. PathMismatch when the record
     names paths of two variants (softmax through SDPA for some shapes and tiled for others)."""
     label = (run.get("attention") or {}).get("train")
@@ -122,169 +103,6 @@ def variant_color(v: tuple[str, str]) -> str:
 
 def _order(v: tuple[str, str]) -> tuple[int, int]:
     return kernel_names().index(v[0]), 0 if v[1] == "sdpa" else 1
-
-
-# ------------------------------------------------------------------------------------ one run
-def _sig(x: Any, digits: int = 4) -> Any:
-    """Round to significant digits for the shipped traces (they are drawn, not recomputed)."""
-    if isinstance(x, float) and math.isfinite(x) and x != 0:
-        return float(f"{x:.{digits}g}")
-    return x
-
-
-def attention_paths(results: Mapping[str, Any], train_summary: Mapping[str, Any] | None = None
-                    ) -> dict[str, str | None]:
-    """The attention paths a run recorded, as :func:`heavytail.harness.train.backend_label` wrote them (``"sdpa"``,
-    ``"tiled"``, ``"flash:native"``, ``"flex+flash"``): ``{"train": ..., "eval": ...}``, from ``results.json``'s
-    runtime (the training's from ``train_summary.json`` when evaluation did not copy it); None where none was
-    recorded (runs trained before training recorded it)."""
-    runtime = results.get("runtime") or {}
-    trained = runtime.get("training") or (train_summary or {}).get("runtime") or {}
-    return {"train": trained.get("attention_backend") or None,
-            "eval": (runtime.get("evaluation") or {}).get("attention_backend") or None}
-
-
-def run_summary(run_dir: str | Path, results: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The small record of one finished run: configuration, final loss, ratios with intervals, collapse
-    label and onset, skipped steps, the collapse precursors logged per block (App. I) and, where evaluation
-    kept them, the per-trial records at the training N (:func:`trial_columns`). ``results``: its
-    ``results.json`` when the caller has read it already."""
-    from heavytail.science.collapse import collapse_onset, rolling_median
-
-    run = RunDir(run_dir)
-    results, log = (run.results() if results is None else results), run.training_log()
-    config = results["config"]
-    losses = [row["loss"] for row in log if not row.get("skipped")]
-    tail = max(1, len(losses) // 10)
-    final_loss = float(rolling_median(losses[-tail:], tail)[-1]) if losses else math.nan
-    energy = results["energy"]
-    blocks: list[dict[str, Any]] = []
-    # Rows a dense window added around a collapse (RunConfig.dense_log_window) are not the regular log: the
-    # shares of logged steps read the regular rows only, the window is kept apart for the onset figure.
-    rows = [row for row in log if row.get("blocks") and not row.get("dense")]
-    for b in range(len(rows[-1]["blocks"]) if rows else 0):
-        series = {k: [row["blocks"][b].get(k, math.nan) for row in rows] for k in BLOCK_TRACE_KEYS}
-        blocks.append({
-            "max_abs_score": max(series["max_abs_score"]),
-            "final_entropy_ratio": series["attn_entropy_ratio"][-1],
-            "final_max_weight": series["attn_max_weight"][-1],
-            "max_qk_spectral_norm": max(series["qk_spectral_norm"]),
-            "final_grad_norm": series["grad_norm"][-1],
-        })
-    trace = {"step": [row["step"] for row in rows]}
-    for k in TRACE_KEYS:
-        trace[k] = [_sig(row.get(k, math.nan)) for row in rows]
-    extra = tuple(k for k in ONSET_BLOCK_KEYS if rows and k in rows[-1]["blocks"][0])
-    for b in range(len(blocks)):
-        for k in BLOCK_TRACE_KEYS + extra:
-            trace[f"block{b}.{k}"] = [_sig(row["blocks"][b].get(k, math.nan)) for row in rows]
-    validation = [(row["step"], row["val_log_energy"]) for row in log if "val_log_energy" in row]
-    if validation:
-        trace["val_step"], trace["val_log_energy"] = [s for s, _ in validation], [_sig(v) for _, v in validation]
-    skipped = log[-1]["n_skipped"] if log else 0
-    summary = run.train_summary()
-    records = train_n_records(results)
-    return {
-        "name": run.path.name,
-        "config": config,
-        "final_loss": final_loss,
-        "median": {k: energy["median"][k] for k in RATIO_KEYS if k in energy["median"]},
-        "mean": {k: energy["mean"][k] for k in RATIO_KEYS if k in energy["mean"]},
-        "collapse": {"label": results["collapse"]["label"], "fraction": results["collapse"]["fraction"],
-                     "onset": collapse_onset(log)},
-        "at_train_n": {k: v for k, v in results.get("at_train_n", {}).items() if k in ("n_points", "collapse")}
-        | {stat: {k: results["at_train_n"][stat][k] for k in RATIO_KEYS if k in results["at_train_n"][stat]}
-           for stat in ("median", "mean") if stat in results.get("at_train_n", {})},
-        "provenance": (results.get("provenance") or {}).get("training"),
-        "attention": attention_paths(results, summary),
-        "hill_band": (results.get("hill") or {}).get("band_miss"),
-        "skipped_steps": skipped,
-        "train_seconds": log[-1]["seconds"] if log else math.nan,
-        "blocks": blocks,
-        "trace": trace,
-        **({"stop": {k: summary[k] for k in ("stopped_at", "stop_reason")}} if "stop_reason" in summary else {}),
-        **({"per_trial": trial_columns(records)} if records else {}),
-        **({"onset_window": onset_window(log)} if any(row.get("dense") for row in log) else {}),
-    }
-
-
-def train_n_records(results: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """results.json's per-trial records at the run's training N: ``at_train_n``'s, or the common N's when that is
-    the training N; [] when the run was not scored at its training N or was evaluated before records existed."""
-    cfg = results["config"]
-    if cfg["n_points"] == cfg["eval_n_points"]:
-        return list(results.get("per_trial") or [])
-    return list((results.get("at_train_n") or {}).get("per_trial") or [])
-
-
-def trial_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Records (T of them, one N) as the summary stores them, a column per field (a shipped map holds hundreds of
-    runs, and a JSON object per trial would be most of its size): {"n_points": N, "d": (T,), "floor": (T,),
-    "tail_index" or "std": (2, T), one row per latent axis}."""
-    param = next(k for k in TRIAL_PARAMS if k in records[0])
-    return {"n_points": records[0]["n_points"],
-            "d": [_sig(r["d"], _DISTANCE_DIGITS) for r in records],
-            "floor": [_sig(r["floor"], _DISTANCE_DIGITS) for r in records],
-            param: [[_sig(r[param][axis], _PARAM_DIGITS) for r in records] for axis in (0, 1)]}
-
-
-def trial_records(run: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The per-trial records of a run summary at its training N, in results.json's form: per trial
-    {"n_points", "d", "floor", "tail_index" or "std": [axis 0, axis 1]}; [] for a run that has none (evaluated
-    before evaluation kept them, or not scored at its training N)."""
-    cols = run.get("per_trial")
-    if not cols:
-        return []
-    param = next(k for k in TRIAL_PARAMS if k in cols)
-    return [{"n_points": cols["n_points"], "d": d, "floor": f, param: [a0, a1]}
-            for d, f, a0, a1 in zip(cols["d"], cols["floor"], *cols[param])]
-
-
-def onset_window(log: Sequence[Mapping[str, Any]], keys: Sequence[str] = BLOCK_TRACE_KEYS + ONSET_BLOCK_KEYS
-                 ) -> dict[str, Any]:
-    """The steps around the run's collapse onset at full resolution: the dense window (RunConfig.dense_log_window)
-    that holds :func:`heavytail.science.collapse.collapse_onset`, or the last one when the run has no lasting onset.
-    ``{"onset": step or None, "center": the window's first collapsed step, "step": [...], "loss": [...],
-    "collapsed_fraction": [...], "block<b>.<key>": [...]}``, every step of the window in order."""
-    from heavytail.science.collapse import collapse_onset
-
-    onset = collapse_onset([row for row in log if not row.get("dense")])
-    rows = sorted((row for row in log if row.get("blocks")), key=lambda row: row["step"])
-    # Windows are maximal runs of consecutive steps; the centre of each is its first collapsed step.
-    windows, current = [], []
-    for row in rows:
-        if current and row["step"] != current[-1]["step"] + 1:
-            windows.append(current)
-            current = []
-        current.append(row)
-    if current:
-        windows.append(current)
-    windows = [w for w in windows if len(w) > 1 and any(r.get("collapsed_fraction", 0) >= 0.5 for r in w)]
-    if not windows:
-        return {"onset": onset}
-    # Without a lasting onset, the last window: the trained model's collapses, not the first steps' (a batch at
-    # step 1 can collapse before any healthy stretch exists)
-    chosen = windows[-1]
-    if onset is not None:
-        chosen = min(windows, key=lambda w: min(abs(r["step"] - onset) for r in w))
-    center = next(r["step"] for r in chosen if r.get("collapsed_fraction", 0) >= 0.5)
-    out: dict[str, Any] = {"onset": onset, "center": center, "step": [r["step"] for r in chosen]}
-    for k in ("loss", "grad_norm", "collapsed_fraction"):
-        out[k] = [_sig(r.get(k, math.nan)) for r in chosen]
-    for b in range(len(chosen[0]["blocks"])):
-        for k in keys:
-            out[f"block{b}.{k}"] = [_sig(r["blocks"][b].get(k, math.nan)) for r in chosen]
-    return out
-
-
-def collect(grid_dir: str | Path) -> list[dict[str, Any]]:
-    """Summaries (:func:`run_summary`) of the finished runs of a grid's folder, in the grid's order: the runs
-    :func:`heavytail.studies.grid_folder.finished_runs` counts, the same the summary notebook reads. [] when the
-    folder holds no ``grid.json`` (or does not exist): a map is a grid's runs, and only its record says which."""
-    grid_dir = Path(grid_dir)
-    if not (grid_dir / GRID_JSON).is_file():
-        return []
-    return [run_summary(r.run_dir, r.results) for r in finished_runs(grid_dir).runs]
 
 
 # ------------------------------------------------------------------------------------ aggregation

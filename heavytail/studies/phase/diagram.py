@@ -4,7 +4,7 @@ App. A's condition says attention's population integrals are finite when the key
 (q+1)-st moment, q the kernel's growth order (heavytail.names.KernelRow.order). With mirrored Pareto tokens
 whose heavier latent axis has tail index a, that is a > q + 1. A trained model meets finitely many tokens,
 but the largest of them grows with N like N^(1/a); where the condition fails, the attention output it must
-learn through grows with N (heavytail.studies.moment_condition), and the ratio to the sampling floor should
+learn through grows with N (heavytail.studies.phase.moment_condition), and the ratio to the sampling floor should
 grow too. The trained map (params/grid_phase.yaml) runs kernels of several q on tail regimes of several a
 (heavytail.names.TAIL_REGIMES) at several N; per (kernel, regime) the growth rule of
 heavytail.studies.claims decides whether the ratio grows, and the prediction is
@@ -28,7 +28,7 @@ import numpy as np
 
 from heavytail.names import KERNEL_ROWS, TAIL_REGIMES
 from heavytail.studies import claims as C
-from heavytail.studies.kernel_gap import map_extent, ratio_at
+from heavytail.studies.kernel_gap.gap import map_extent, ratio_at
 
 HEAVIER_AXIS = 1  # axis 1 of a regime carries the heavier tail (heavytail.names.TAIL_REGIMES)
 
@@ -150,7 +150,7 @@ STATIC_MARGIN = 0.1  # an exponent within +-0.1 of the prediction counts as matc
 
 def static_verdict(rows: Sequence[Mapping[str, Any]], margin: float = STATIC_MARGIN) -> tuple[str, list, list]:
     """The static claim, "the exponent matches App. A's prediction within +-``margin``", from
-    :func:`heavytail.studies.moment_condition.exponent_table`'s rows, reading the Bonferroni-level intervals
+    :func:`heavytail.studies.phase.moment_condition.exponent_table`'s rows, reading the Bonferroni-level intervals
     (dozens of cells read at 95 % each would miss one by chance in most tests) as an equivalence test:
     *reproduced* when every cell's interval lies within ``margin`` of its prediction; *not reproduced* when
     some cell's interval lies wholly outside that band (its exponent differs by more than the margin);

@@ -1,4 +1,4 @@
-"""Figures of the phase-diagram study (heavytail.studies.moment_condition, heavytail.studies.phase_diagram)."""
+"""Figures of the phase-diagram study (heavytail.studies.phase.moment_condition, heavytail.studies.phase.diagram)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from heavytail.names import KERNEL_COLORS, KERNEL_ROWS, kernel_label
 from heavytail.studies import claims as C
-from heavytail.studies import phase_diagram as P
+import heavytail.studies.phase.diagram as P
 
 _Q_INF = 4.5  # where softmax (q = infinity) is drawn on a q axis
 
@@ -188,7 +188,7 @@ def reference_figure(rows: Sequence[Mapping[str, Any]], margin: float = P.STATIC
 
 
 def fixed_weight_figure(results: Sequence[Mapping[str, Any]]):
-    """Trained models at their weights (heavytail.studies.fixed_weight): (a) block 0's attention-output
+    """Trained models at their weights (heavytail.studies.phase.fixed_weight): (a) block 0's attention-output
     exponent (95 % interval) against App. A's prediction, one point per (run, heavier-axis a); (b) the Hill
     estimate of the tokens entering each block (median over ensembles, eq. 38's band), the input's a dashed."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.4))

@@ -1,4 +1,4 @@
-"""Figures of the grid summary (Figures 2, 3, 8-11 and the Hill-error curve), from :mod:`heavytail.studies.summary`
+"""Figures of the grid summary (Figures 2, 3, 8-11 and the Hill-error curve), from :mod:`heavytail.studies.ablation.summary`
 aggregates. Each function returns a matplotlib figure; missing configurations are drawn as 'not run'.
 :func:`training_curve` draws one training-loss trace onto a given axis, the same way in notebook 04 (one
 configuration) and notebook 05 (Figure 13).
@@ -16,8 +16,8 @@ from heavytail.names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, KERNEL_COLOR
                     NORM_LABELS, TRANSFORM_LABELS)
 from heavytail.names import NORM_TABLE_ORDER as NORMS
 from heavytail.names import STATISTIC_COLORS as STAT_COLORS
-from heavytail.studies.ablation_claims import is_collapsed
-from heavytail.studies.summary import index_cells
+from heavytail.studies.ablation.claims import is_collapsed
+from heavytail.studies.ablation.summary import index_cells
 
 
 def energy_figure(aggs: Sequence[Mapping[str, Any]], benchmark: str, norm: str = "post"):

@@ -41,7 +41,7 @@ from typing import Any, Mapping, Sequence
 
 from heavytail.studies import claims as C
 from heavytail.studies.paper_numbers import paper_gap
-from heavytail.studies.kernel_gap import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, interval_at, map_extent,
+from heavytail.studies.kernel_gap.gap import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, interval_at, map_extent,
                                           paired_ratio, sizes, variant, variant_name)
 
 NOTEBOOK = "07_kernel_gap"
@@ -211,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from heavytail.io import atomic_write_text
     from heavytail.studies import reference_maps
     from heavytail.studies.grid_folder import GRID_JSON
-    from heavytail.studies.kernel_gap import collect
+    from heavytail.studies.run_summary import collect
 
     parser = argparse.ArgumentParser(prog="python -m heavytail select-lr", description=main.__doc__.splitlines()[0])
     parser.add_argument("grid_dir", nargs="?", default=None,
@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     out = Path(args.output) if args.output else repo_root() / DECIDE_GRID
     header = ("# The kernel gap at convergence, stage 2: written by `python -m heavytail select-lr` from stage 1's\n"
-              "# runs (heavytail.studies.converged_gap.select_lr); the chosen lr per variant and N, on the deciding\n"
+              "# runs (heavytail.studies.kernel_gap.converged.select_lr); the chosen lr per variant and N, on the deciding\n"
               f"# seeds only. Median final validation scores per lr (seeds {list(SELECT_SEEDS)}):\n")
     for s in selections:
         header += (f"#   {variant_name(s.variant)}, N = {s.n_points}: " + ", ".join(

@@ -19,7 +19,7 @@ from heavytail.names import (BENCHMARK_LABELS, BENCHMARK_MARGINALS, BENCHMARKS, 
                              TRANSFORM_LABELS)
 from heavytail.studies import claims as C
 from heavytail.studies.paper_numbers import paper_range, paper_text
-from heavytail.studies.summary import index_cells
+from heavytail.studies.ablation.summary import index_cells
 from heavytail.studies.tables import fmt_ratio
 
 DEFINITIONS = {

@@ -5,7 +5,7 @@ grows wherever the floor falls, five seeds make its joint rule *reproduced* almo
 "q + 1 >= a_lo", "q + 1 >= a_hi" and "q >= a_lo" all fit it. This test is fixed before any of its runs:
 
 - **candidate rules** (:data:`RULES`): growth with N where q + 1 >= a_lo (App. A's condition fails on some trial
-  of the regime: the pre-registered prediction, heavytail.studies.phase_diagram.predicted_growth), where
+  of the regime: the pre-registered prediction, heavytail.studies.phase.diagram.predicted_growth), where
   q + 1 >= a_hi (it fails on most trials), or where q >= a_lo (the normaliser E[g(S)] itself diverges,
   heavytail.names' description of the regimes);
 - **deciding cells** (:func:`deciding_cells`): the (kernel, regime) cells where the rules disagree, and only
@@ -28,7 +28,7 @@ grows wherever the floor falls, five seeds make its joint rule *reproduced* almo
   :func:`power` simulates the rule at the shipped map's spread.
 
 Per-trial evaluation records (distance, floor, the trial's tail indices: heavytail.harness.evaluate's
-``per_trial``, kept at the training N by heavytail.studies.kernel_gap.trial_records) are what the endpoint
+``per_trial``, kept at the training N by heavytail.studies.run_summary.trial_records) are what the endpoint
 reads; the per-trial strata of a (each trial draws its own index from the regime's range) are a secondary,
 exploratory reading of the same records (:func:`stratum_of`, :func:`stratum_slopes`), with no verdict.
 """
@@ -42,7 +42,7 @@ import numpy as np
 
 from heavytail.names import KERNEL_ROWS, TAIL_REGIMES
 from heavytail.studies import claims as C
-from heavytail.studies.kernel_gap import trial_records
+from heavytail.studies.run_summary import trial_records
 
 HEAVIER_AXIS = 1
 PRIMARY = "q + 1 >= a_lo"
@@ -95,7 +95,7 @@ def _records(run: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def run_endpoint(run: Mapping[str, Any]) -> float:
-    """The endpoint of one run summary (heavytail.studies.kernel_gap.run_summary): :func:`excess_endpoint` of its
+    """The endpoint of one run summary (heavytail.studies.run_summary.run_summary): :func:`excess_endpoint` of its
     T per-trial records at the training N. NaN when the median excess is <= 0 (at the floor); +inf when more
     than half the trials diverged (their d is +inf). ValueError when the run holds no records."""
     return _excess(_records(run))

@@ -1,4 +1,4 @@
-"""Figures of the collapse ladder (heavytail.studies.collapse_ladder): collapse per rung, and the collapse onset
+"""Figures of the collapse ladder (heavytail.studies.collapse.ladder): collapse per rung, and the collapse onset
 watched (App. I, Fig. 13, plus the attention and gradient statistics the paper asked for). Each function takes
 run summaries and returns a figure."""
 
@@ -11,8 +11,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from heavytail.names import KERNEL_COLORS
-from heavytail.studies import collapse_ladder as L
-from heavytail.studies.kernel_gap import collapsed_steps
+import heavytail.studies.collapse.ladder as L
+from heavytail.studies.kernel_gap.gap import collapsed_steps
 
 # What the onset figure draws per block: (summary key, axis label, log scale)
 ONSET_PANELS = (

@@ -2,8 +2,8 @@
 
 A grid folder holds one run folder per configuration (``outputs/<grid>/<config>/``) with ``config.yaml``,
 ``metrics.jsonl``, ``COMPLETE`` and ``results.json`` (written by :func:`heavytail.harness.evaluate.evaluate`).
-This module reads them and turns them into plain data (lists of dicts) that the summary notebook renders.
-It computes nothing new about the runs: every ratio, bootstrap interval (eq. 36, 37), collapse label
+:func:`heavytail.studies.grid_folder.finished_runs` reads them; this module turns those records into plain data
+(lists of dicts) that the summary notebook renders. It computes nothing new about the runs: every ratio, bootstrap interval (eq. 36, 37), collapse label
 (App. I) and Hill statistic (eq. 41) comes from ``results.json``.
 
 Seeds. The paper trains one seed per configuration (Section 5, Limitations); a grid may train several.
@@ -39,14 +39,12 @@ reproduced".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from heavytail.harness.config import PACING_KEYS
-from heavytail.studies.grid_folder import finished_runs, grid_status  # noqa: F401  (grid_status: re-exported)
+from heavytail.studies.grid_folder import FinishedRun
 from heavytail.studies.paper_numbers import paper_value
 from heavytail.studies.tables import cell_text, fmt_ratio, fmt_sci, records, to_html  # noqa: F401  (re-exported)
 
@@ -65,47 +63,8 @@ SCALE_FIELDS = ("n_points", "trials_per_step", "steps", "warmup_steps", "d_model
 
 
 # --------------------------------------------------------------------------------------------------
-# Collecting runs
+# The grid record, and choosing runs (the runs come from heavytail.studies.grid_folder.finished_runs)
 # --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Run:
-    """One finished, evaluated run: its folder (None for hand-made results), config and results."""
-
-    name: str
-    config: Mapping[str, Any]
-    results: Mapping[str, Any]
-    run_dir: Path | None = None
-    log: tuple[Mapping[str, Any], ...] = ()
-
-
-@dataclass(frozen=True)
-class Collected:
-    """The runs of a grid folder, and every folder that was not used with the reason why."""
-
-    runs: tuple[Run, ...]
-    skipped: tuple[dict[str, str], ...] = field(default_factory=tuple)
-
-
-def run_from_results(results: Mapping[str, Any], run_dir: Path | None = None, log: Sequence[Mapping] = ()) -> Run:
-    """A :class:`Run` from an evaluation results dict (the structure of ``results.json``)."""
-    missing = [k for k in ("config", "collapse", "energy") if k not in results]
-    if missing:
-        raise ValueError(f"results of {run_dir or results.get('name')} lack {missing}; "
-                         "expected the dict written by heavytail.harness.evaluate.evaluate")
-    config = dict(results["config"])
-    name = str(results.get("name") or (run_dir.name if run_dir else "run"))
-    return Run(name=name, config=config, results=results, run_dir=run_dir, log=tuple(log))
-
-
-def collect_runs(grid_dir: str | Path) -> Collected:
-    """Every finished, evaluated, current run of ``grid_dir`` (:func:`heavytail.studies.grid_folder.finished_runs`:
-    the rules the shipped maps' runs are read by too), in the grid's order when the folder holds ``grid.json``;
-    every other run folder is listed in ``skipped`` with the reason."""
-    found = finished_runs(grid_dir)
-    runs = [run_from_results(r.results, r.run_dir.path, r.run_dir.training_log()) for r in found.runs]
-    return Collected(runs=tuple(runs), skipped=found.skipped)
-
-
 def grid_status_table(record: Mapping[str, Any]) -> dict[str, Any]:
     """Configurations of ``grid.json`` that did not finish, with their failing cell and error."""
     rows = [{"configuration": e.get("name", "?"), "status": e.get("status", "?"),
@@ -118,15 +77,6 @@ def grid_status_table(record: Mapping[str, Any]) -> dict[str, Any]:
                      f"the grid run is {state}",
             "columns": ["configuration", "status", "failed cell", "error"], "rows": rows,
             "notes": "" if rows else "every configuration finished"}
-
-
-def filter_runs(runs: Iterable[Run], **equal: Any) -> list[Run]:
-    """The runs whose configuration has ``config[key] == value`` for every given key (unknown keys: error)."""
-    runs = list(runs)
-    for key in equal:
-        if runs and key not in runs[0].config:
-            raise ValueError(f"filter key {key!r} is not a configuration key; allowed: {', '.join(sorted(runs[0].config))}")
-    return [r for r in runs if all(r.config.get(k) == v for k, v in equal.items())]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -145,10 +95,10 @@ def cell_key(config: Mapping[str, Any]) -> tuple[str, str, str, str, bool]:
     return (config["benchmark"], config["marginals"], config["norm"], config["kernel"], bool(config["symlog"]))
 
 
-def aggregate(runs: Iterable[Run]) -> list[dict[str, Any]]:
+def aggregate(runs: Iterable[FinishedRun]) -> list[dict[str, Any]]:
     """Group runs into configurations (all settings but the seed and :data:`OPERATIONAL` ones) and
     aggregate their seeds as described in the module docstring. Returns one dict per configuration."""
-    groups: dict[tuple, list[Run]] = {}
+    groups: dict[tuple, list[FinishedRun]] = {}
     for run in runs:
         key = tuple(sorted((k, repr(v)) for k, v in run.config.items() if k not in OPERATIONAL))
         groups.setdefault(key, []).append(run)
@@ -157,7 +107,7 @@ def aggregate(runs: Iterable[Run]) -> list[dict[str, Any]]:
                                        KERNELS.index(a["kernel"]) if a["kernel"] in KERNELS else 9, a["symlog"]))
 
 
-def _aggregate_group(runs: list[Run]) -> dict[str, Any]:
+def _aggregate_group(runs: list[FinishedRun]) -> dict[str, Any]:
     cfg = runs[0].config
     benchmark, marginals, norm, kernel, symlog = cell_key(cfg)
     labels = [r.results["collapse"]["label"] for r in runs]
@@ -324,7 +274,7 @@ def hill_table(aggs: Sequence[Mapping[str, Any]], benchmark: str, axis: str | in
     }
 
 
-def scale_table(runs: Sequence[Run]) -> dict[str, Any]:
+def scale_table(runs: Sequence[FinishedRun]) -> dict[str, Any]:
     """'What ran at this scale': the distinct values of the sizes that set the scale, next to the paper's
     (the :class:`heavytail.harness.config.RunConfig` defaults are Table 3)."""
     from heavytail.harness.config import NOT_TABLE3, RunConfig
@@ -345,7 +295,7 @@ def scale_table(runs: Sequence[Run]) -> dict[str, Any]:
     return {"title": "What ran at this scale", "columns": ["setting", "this grid", "paper (Table 3)"], "rows": rows, "notes": ""}
 
 
-def runs_table(runs: Sequence[Run]) -> dict[str, Any]:
+def runs_table(runs: Sequence[FinishedRun]) -> dict[str, Any]:
     """One row per evaluated run: steps logged, last logged loss, skipped steps, training time, collapse."""
     rows = []
     for r in runs:

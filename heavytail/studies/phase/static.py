@@ -1,9 +1,9 @@
 """The shipped static reference of App. A's moment condition: every registered kernel on tail indices either side
 of its boundary, at a scale whose Bonferroni intervals can decide the +-0.1 claim.
 
-:mod:`heavytail.studies.moment_condition` measures the growth exponent of one query's attention output on nested
+:mod:`heavytail.studies.phase.moment_condition` measures the growth exponent of one query's attention output on nested
 ensembles; notebook 08 runs it small (a few tail indices, 24 repetitions). This module fixes, before the run,
-the design that decides the static claim (:func:`heavytail.studies.phase_diagram.static_verdict`):
+the design that decides the static claim (:func:`heavytail.studies.phase.diagram.static_verdict`):
 
 - :data:`TAIL_INDICES`: each kernel's boundary q + 1 (App. A) has a tail index on either side of it, 0.25
   away (log-ELU's, a = 1, too: below it the values have no mean), and q = 1, 2 have a in [2.5, 3] and in
@@ -12,7 +12,7 @@ the design that decides the static claim (:func:`heavytail.studies.phase_diagram
   where softmax still averages several keys, are left out of the fit before the run, not after);
 - the repetitions: sized by :func:`reps_needed` from a pilot's bootstrap spread, capped by the budget.
 
-``python -m heavytail.studies.phase_static --reps R --output outputs/reference/phase_static.json`` computes it
+``python -m heavytail.studies.phase.static --reps R --output outputs/reference/phase_static.json`` computes it
 (float64, one thread) and writes the rows, the per-N medians the figure draws, and provenance.
 """
 
@@ -96,7 +96,7 @@ def compute(reps: int | Mapping[float, int], tail_indices: Sequence[float] = TAI
     import torch
 
     from heavytail.science.kernels import get_kernel
-    from heavytail.studies import moment_condition as M
+    import heavytail.studies.phase.moment_condition as M
 
     ns = list(ns or sizes())
     ks = kernels()
@@ -152,7 +152,7 @@ def cross_check(own: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m heavytail.studies.phase_static",
+    parser = argparse.ArgumentParser(prog="python -m heavytail.studies.phase.static",
                                      description="Compute the static reference of App. A's moment condition.")
     parser.add_argument("--reps", type=int, default=None, help="repetitions at every tail index")
     parser.add_argument("--pilot", default=None, help="a pilot's JSON (this command at few --reps): allocate the "
@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   work=Path(args.work) if args.work else None)
     if pilot:
         out["design"]["pilot"] = pilot
-    prov |= {"command": "python -m heavytail.studies.phase_static " + " ".join(argv if argv is not None
+    prov |= {"command": "python -m heavytail.studies.phase.static " + " ".join(argv if argv is not None
                                                                               else sys.argv[1:]),
              "seconds": round(time.time() - start, 1), "threads": torch.get_num_threads()}
     path = save_json({"provenance": prov, **out}, Path(args.output))

@@ -1,4 +1,4 @@
-"""Figures of the kernel-gap study (heavytail.studies.kernel_gap): the gap against N, the numerics behind it, and
+"""Figures of the kernel-gap study (heavytail.studies.kernel_gap.gap): the gap against N, the numerics behind it, and
 the collapse precursors over training (App. I). Each function takes run summaries and returns a figure."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 import numpy as np
 
 from heavytail.names import KERNELS
-from heavytail.studies import kernel_gap as G
+import heavytail.studies.kernel_gap.gap as G
 
 _JITTER = 0.035  # seeds side by side on the log-N axis
 
@@ -135,7 +135,7 @@ def growth_figure(runs: Sequence[Mapping], at: str = "common"):
     """Per seed, how much each variant's gap to log-ELU changes per doubling of N (the statistic of
     :func:`heavytail.studies.claims.growth_rule`), with the mean over seeds and its 95 % t interval."""
     from heavytail.studies import claims as C
-    from heavytail.studies.kernel_gap_claims import growth
+    from heavytail.studies.kernel_gap.claims import growth
 
     cs = G.cells(runs)
     rows = [v for v in G.variants(cs) if v != G.LOG_ELU]
