@@ -77,6 +77,20 @@ def test_precision_claim_appears_where_both_softmax_paths_ran():
     assert "collapse-precision-R2" not in found
 
 
+def test_the_findings_table_keeps_one_verdict_per_rung_and_the_graded_comparisons_go_to_the_findings_page():
+    from heavytail.studies import claim_groups
+
+    runs = [_run(s, precision="bf16", steps_share=0.2) for s in range(6)]
+    runs += [_run(s, precision="bf16", backend="flash") for s in range(6)]
+    runs += [_run(s, kernel="log_elu", backend="auto", precision="bf16") for s in range(6)]
+    found = L.findings(runs)
+    shown = {f["id"] for f in found if L.in_table(f)}
+    assert shown == {"paper-collapse-R3", "collapse-precision-R3"}
+    assert {f["id"] for f in found} - shown == {"collapse-steps-R3", "collapse-trials-R3"}
+    ladder = claim_groups.group("ladder")
+    assert ladder.in_table is L.in_table and claim_groups.group("gap-design").in_table is None
+
+
 @pytest.mark.parametrize("rate", [0.3, 0.5])
 def test_combined_rule_false_positive_rate_under_a_null(rate):
     """Softmax's true collapse rate at or below 1/2: the rule says reproduced at most 5 % of the time."""

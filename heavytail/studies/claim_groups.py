@@ -35,6 +35,9 @@ class ClaimGroup:
     map: str
     findings: Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]]
     headline: bool = True
+    # which of a headline group's claims are rows of the findings table (the others: `claims NAME` and
+    # docs/findings.md print them); None: all of them
+    in_table: Callable[[Mapping[str, Any]], bool] | None = None
 
 
 GROUPS: tuple[ClaimGroup, ...] = (
@@ -50,7 +53,7 @@ GROUPS: tuple[ClaimGroup, ...] = (
     # the earlier map, a second arm of the same claims (notebook 07)
     ClaimGroup("gap-points", "gap-points", kernel_gap_claims.findings, headline=False),
     # the paper's collapse, rung by rung toward Table 3 (notebook 09)
-    ClaimGroup("ladder", "ladder", collapse_ladder.findings),
+    ClaimGroup("ladder", "ladder", collapse_ladder.findings, in_table=collapse_ladder.in_table),
     ClaimGroup("subnormal-ab", "subnormal-ab", subnormal_ab.findings, headline=False),
 )
 
@@ -113,8 +116,8 @@ def _shown_in(c: Mapping[str, Any]) -> str:
 
 
 def table_rows(groups: Sequence[ClaimGroup] = GROUPS, root: Path | None = None) -> list[tuple[str, ...]]:
-    """One row per claim of every headline group (``COLUMNS``); a group whose map is absent is one row,
-    *not run*, naming the grid that would make it."""
+    """One row per claim of every headline group (``COLUMNS``) that the group puts in the table; a group whose map
+    is absent is one row, *not run*, naming the grid that would make it."""
     rows = []
     for g in groups:
         if not g.headline:
@@ -126,6 +129,8 @@ def table_rows(groups: Sequence[ClaimGroup] = GROUPS, root: Path | None = None) 
             rows.append((f"*{title(g)}* (`{g.name}`)", claims.NOT_RUN, "n/a", "0", "map not shipped", grid))
             continue
         for c in found:
+            if g.in_table is not None and not g.in_table(c):
+                continue
             label = claims.scale_label(c.get("scale", ""))
             rows.append((c["claim"], c["verdict"], effect_text(c), str(c.get("seeds", 0)),
                          f"{label} · {g.name}" if label else g.name, _shown_in(c)))

@@ -139,6 +139,15 @@ def _decided_by(section: str, figures: Sequence[str]) -> dict[str, Any]:
     return {"notebook": NOTEBOOK, "section": section, "figures": list(figures)}
 
 
+GRADED = ("collapse-steps", "collapse-trials")  # the paired graded comparisons behind each rung's verdict
+
+
+def in_table(claim: Mapping[str, Any]) -> bool:
+    """Whether a ladder claim is a row of the README's findings table: each rung's verdict on the paper's collapse
+    and the precision claim; the paired graded comparisons are listed with the ladder's claims (docs/findings.md)."""
+    return not claim["id"].startswith(GRADED)
+
+
 def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Every rung's claims (records of :class:`heavytail.studies.claims.Claim`), in rung order."""
     cs = ladder_cells(runs)
