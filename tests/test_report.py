@@ -75,6 +75,13 @@ def test_every_notebook_in_the_smoke_params_runs_and_writes_its_artifacts(smoke_
     index = (out / "index.html").read_text()
     for name in params.notebooks:
         assert f'href="{name}.html"' in index
+    # a reader sees figures, tables and sentences, never the repr of what a cell's last call returned
+    for name in params.notebooks:
+        cells = json.loads((out / f"{name}.ipynb").read_text())["cells"]
+        shown = [o["data"].get("text/plain", "") for c in cells for o in c.get("outputs", [])
+                 if o.get("output_type") == "execute_result"]
+        stray = [s for s in shown if "PosixPath(" in "".join(s)]
+        assert not stray, f"{name} shows return values: {stray}"
     data = json.loads((out / "index.json").read_text())
     assert data["finished"] is True
 
@@ -201,9 +208,10 @@ def test_artifacts_write_figures_and_tables(tmp_path):
     assert isinstance(art, Artifacts) and art.dir == tmp_path / "05_demo"
     fig, ax = plt.subplots()
     ax.plot([0, 1], [0, 1])
-    paths = art.save_figure(fig, "line")
+    assert art.save_figure(fig, "line") is None  # a cell ending in it shows the figure, not paths
     plt.close(fig)
-    assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 0 for p in paths)
+    paths = [art.dir / "line.png", art.dir / "line.svg"]
+    assert all(p.stat().st_size > 0 for p in paths)
     import numpy as np
 
     art.save_table("t.csv", {"a": np.arange(3), "b": [0.5, 1.5, 2.5]})

@@ -52,8 +52,9 @@ class Artifacts:
             raise ValueError(f"artifact name must be a plain file name, got {name!r}")
         return self.dir / name
 
-    def save_figure(self, fig, name: str, dpi: int = 150) -> list[Path]:
-        """Save a matplotlib figure as ``name.png`` and ``name.svg``, show it, close it; returns both paths.
+    def save_figure(self, fig, name: str, dpi: int = 150) -> None:
+        """Save a matplotlib figure as ``name.png`` and ``name.svg`` (:meth:`path`), show it, close it. It returns
+        nothing, so that a cell ending in it shows the figure and not a list of paths.
 
         Inside a notebook the saved PNG itself is displayed, so the executed notebook shows exactly the
         artifact, whatever matplotlib backend is active (under Agg, ``plt.show()`` displays nothing). The
@@ -74,10 +75,10 @@ class Artifacts:
         import matplotlib.pyplot as plt
 
         plt.close(fig)
-        return paths
 
-    def conclude(self, sentence: str, figure: str | None = None) -> Path:
-        """Record the notebook's one-sentence conclusion for the report's landing page, and show it.
+    def conclude(self, sentence: str, figure: str | None = None) -> None:
+        """Record the notebook's one-sentence conclusion for the report's landing page (``conclusion.json``), and
+        show it; it returns nothing, so the notebook's last cell shows the sentence, not a path.
 
         ``sentence`` is computed from the notebook's numbers; ``figure`` names the saved figure (without
         extension) that shows it best, drawn as the notebook's thumbnail on the landing page.
@@ -95,7 +96,6 @@ class Artifacts:
             display(Markdown(f"**Conclusion.** {sentence.strip()}"))
         else:
             print(f"Conclusion. {sentence.strip()}")
-        return target
 
     def save_table(self, name: str, table) -> Path:
         """Save a table. ``name`` ending in ``.json``: any JSON-able structure (numpy allowed).
