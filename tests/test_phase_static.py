@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 import heavytail.studies.phase.static as S
 
 
@@ -47,3 +49,16 @@ def test_the_cross_check_flags_a_cell_that_is_off():
     own[1] = _row("log_elu", 2.75, 0.3, 0.1, 21)
     check = S.cross_check(own, ref)
     assert check["agree"] is False and check["misses"] == 1
+
+
+def test_widen_gives_more_repetitions_only_where_a_cell_is_wider_than_the_tolerance():
+    rows = [{"a": 2.0, "measured": 0.5, "joint_low": 0.45, "joint_high": 0.55},   # narrow: keeps its reps
+            {"a": 3.0, "measured": 0.5, "joint_low": 0.45, "joint_high": 0.70},   # skewed: its wider side counts
+            {"a": 3.0, "measured": 0.2, "joint_low": 0.15, "joint_high": 0.25}]
+    assert S.joint_half_width(rows[1]) == pytest.approx(0.2)
+    got = S.widen(rows, {2.0: 100, 3.0: 100}, half_width=0.1, safety=1.0)
+    assert got == {2.0: 100, 3.0: 400}  # (0.2 / 0.1)^2 = 4x: a half-width falls like 1/sqrt(reps)
+    # where an interval lies does not matter, only how wide it is
+    moved = [dict(r, measured=r["measured"] + 1, joint_low=r["joint_low"] + 1, joint_high=r["joint_high"] + 1)
+             for r in rows]
+    assert S.widen(moved, {2.0: 100, 3.0: 100}, half_width=0.1, safety=1.0) == got

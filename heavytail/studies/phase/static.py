@@ -87,6 +87,27 @@ def allocate(pilot_rows: Sequence[Mapping[str, Any]], pilot_reps: int | Mapping[
     return out
 
 
+def joint_half_width(row: Mapping[str, Any]) -> float:
+    """A cell's Bonferroni half-width as the +-0.1 claim reads it: the wider side of its (bootstrap percentile,
+    so possibly skewed) joint interval about the measured exponent."""
+    return max(row["measured"] - row["joint_low"], row["joint_high"] - row["measured"])
+
+
+def widen(rows: Sequence[Mapping[str, Any]], reps: Mapping[float, int], half_width: float = 0.1,
+          safety: float = 1.25) -> dict[float, int]:
+    """Repetitions per tail index from a computed reference's own intervals: a tail index whose widest cell is
+    wider than ``half_width`` gets reps * (width / half_width)^2 * ``safety`` (a half-width falls like
+    1/sqrt(reps)); the others keep theirs, so their draws are reused. Sizing by the interval that was measured,
+    where :func:`allocate`'s normal approximation from the sd under-sized the skewed cells; it reads widths
+    only, never where an interval lies, so it cannot steer a verdict."""
+    out = {float(a): int(n) for a, n in reps.items()}
+    for r in rows:
+        a, width = float(r["a"]), joint_half_width(r)
+        if width > half_width:
+            out[a] = max(out[a], math.ceil(reps[a] * (width / half_width) ** 2 * safety))
+    return out
+
+
 def compute(reps: int | Mapping[float, int], tail_indices: Sequence[float] = TAIL_INDICES, ns: Sequence[int] | None = None,
             seed_base: int = SEED_BASE, n_boot: int = 1000, work: Path | None = None) -> dict[str, Any]:
     """The static reference: ``rows`` (moment_condition.exponent_table, each with ``n_max`` and ``reps``), the
@@ -157,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=None, help="repetitions at every tail index")
     parser.add_argument("--pilot", default=None, help="a pilot's JSON (this command at few --reps): allocate the "
                         "repetitions per tail index from its spread (allocate)")
+    parser.add_argument("--widen", default=None, help="a computed reference's JSON: keep its repetitions, and "
+                        "give a tail index whose widest cell is over +-0.1 enough more to narrow it (widen)")
     parser.add_argument("--most", type=int, default=800, help="the most repetitions allocate gives a tail index")
     parser.add_argument("--work", default=None, help="keep each tail index's norms here and reuse them")
     parser.add_argument("--output", required=True, help="the JSON to write, e.g. outputs/reference/phase_static.json")
@@ -173,10 +196,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.time()
     from heavytail.io import load_json
 
-    if (args.reps is None) == (args.pilot is None):
-        parser.error("give --reps or --pilot")
+    if sum(x is not None for x in (args.reps, args.pilot, args.widen)) != 1:
+        parser.error("give one of --reps, --pilot or --widen")
     pilot = None
-    if args.pilot:
+    if args.widen:
+        w = load_json(args.widen)
+        pilot = {"file": args.widen, "reps": w["design"]["reps"], "commit": w["provenance"].get("commit"),
+                 "widened": "tail indices whose widest cell's joint half-width exceeded 0.1"}
+        reps = widen(w["rows"], {float(a): int(n) for a, n in w["design"]["reps"].items()})
+    elif args.pilot:
         p = load_json(args.pilot)
         pilot = {"file": args.pilot, "reps": p["design"]["reps"], "commit": p["provenance"].get("commit"),
                  "sd": {f"{r['kernel']} a={r['a']:g}": r["sd"] for r in p["rows"]}}
