@@ -309,3 +309,18 @@ def test_grid_json_counts_as_running_only_what_a_worker_runs(tmp_path, monkeypat
         watcher.join()
     assert [e.status for e in report.entries] == ["failed"] * 4
     assert seen and max(seen) == 1, f"grid.json said {max(seen)} running with one worker"
+
+
+def test_list_with_only_says_what_the_command_would_run(tmp_path, capsys):
+    """`--list --only P` runs nothing and says how many configurations the same command would run; the ones the
+    selection leaves out read as not selected instead of plain 'pending', as if they were about to run."""
+    grid_file = tmp_path / "grid.yaml"
+    grid_file.write_text(yaml.safe_dump(_smoke()))
+    names = GridSpec.load(grid_file).names
+    assert main([str(grid_file), "--output-root", str(tmp_path), "--list", "--only", names[0]]) == 0
+    out = capsys.readouterr()
+    assert "1 would run (--list: nothing runs)" in out.err + out.out
+    lines = {line.split()[0]: line for line in out.out.splitlines() if line.startswith("  ")}
+    assert "not selected" not in lines[names[0]] and lines[names[0]].split()[1] == "pending"
+    assert "not selected" in lines[names[1]]
+    assert not any((tmp_path / "grid-smoke" / n / "results.json").exists() for n in names)

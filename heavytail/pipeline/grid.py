@@ -123,7 +123,11 @@ def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpe
             f"{', '.join(f'{e.name} (job {e.job_id})' for e, _ in earlier)}")
     for entry in report.by_status("locked"):
         log(f"{entry.name}: not run, {entry.error}")
-    log(f"{spec.name}: {len(spec.configs)} configurations, {n_skip} finished earlier, {len(todo)} to run "
+    # --list runs nothing: it says what the same command without it would run (the selected, unfinished ones).
+    report.selected = frozenset(selected)
+    to_run = (f"{sum(e.name in selected and e.status == 'pending' for e in report.entries)} would run (--list: "
+              f"nothing runs)" if dry_run else f"{len(todo)} to run")
+    log(f"{spec.name}: {len(spec.configs)} configurations, {n_skip} finished earlier, {to_run} "
         f"({executor}, {workers if executor != 'slurm' else spec.slurm.array_parallelism} at once, "
         f"{threads} threads each) -> {grid_dir}")
 
@@ -256,6 +260,8 @@ def _print_states(report: GridReport) -> None:
     width = max(len(e.name) for e in report.entries)
     for e in report.entries:
         line = f"  {e.name:<{width}}  {e.status}"
+        if e.status == "pending" and e.name not in report.selected:
+            line += "  (not selected: --only / --unshipped leave it out)"
         if e.status == "failed":
             line += f"  code cell {e.failed_cell}: {e.error}" if e.failed_cell else f"  {e.error}"
         elif e.status in ("cancelled", "locked"):

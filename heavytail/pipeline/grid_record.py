@@ -115,6 +115,8 @@ class GridReport:
     entries: list[GridEntry]
     finished: bool = False
     source: Path | None = None
+    # the configurations this command was asked to run (all of them without --only / --unshipped); not recorded
+    selected: frozenset[str] = field(default_factory=frozenset, repr=False)
 
     def by_status(self, status: str) -> list[GridEntry]:
         return [e for e in self.entries if e.status == status]
