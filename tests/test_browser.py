@@ -173,6 +173,11 @@ def test_each_finding_fits_a_laptop_screen_under_the_headline_figure(checked_rep
         .map(tr => Math.round(tr.getBoundingClientRect().height))""")
     assert heights, "the landing page has no findings rows"
     assert max(heights) <= 900, f"findings rows taller than a screen (px): {[h for h in heights if h > 900]}"
+    # a verdict's badge stays inside its column: one wider than the column ran over the claim's first words
+    spilled = browser.evaluate("""[...document.querySelectorAll('table.findings tr.finding .badge')]
+        .filter(b => b.getBoundingClientRect().right > b.closest('td').getBoundingClientRect().right + 0.5)
+        .map(b => b.textContent)""")
+    assert not spilled, f"verdict badges wider than their column: {sorted(set(spilled))}"
     expected = headline_figure(out, claims_in(out, list(results)))
     assert expected is not None, "no claim of this report names a figure that was drawn"
     shown = browser.evaluate("""(() => {

@@ -66,7 +66,8 @@ th { border-bottom: 2px solid #57606a; }
 td.evidence { font-size: .85em; color: #424a53; max-width: 34em; }
 td details p { margin: .3em 0; color: #424a53; }
 table.findings { table-layout: fixed; } table.findings td { padding: 3px 6px; overflow-wrap: anywhere; }
-table.findings th:nth-child(1) { width: 14%; } table.findings th:nth-child(2) { width: 35%; }
+table.findings th:nth-child(1) { width: 17%; } table.findings th:nth-child(2) { width: 32%; }
+table.findings .badge { white-space: normal; border-radius: .7em; }  /* a narrow window wraps it, never spills */
 table.findings th:nth-child(3) { width: 16%; } table.findings th:nth-child(4) { width: 5%; }
 table.findings th:nth-child(5) { width: 15%; } table.findings th:nth-child(6) { width: 15%; }
 table.findings .links { font-size: .85em; } table.findings details summary { display: inline; }
