@@ -45,11 +45,34 @@ def test_the_headline_figure_is_the_first_drawn_figure_of_the_first_claim(tmp_pa
     out, results = _report(tmp_path)
     claims = claims_in(out, ["07_kernel_gap"])
     # the first claim names gap_vs_n first, which was not drawn here; growth_slopes was
-    assert headline_figure(out, claims) == ("07_kernel_gap/growth_slopes.png", claims[0][1])
+    assert headline_figure(out, claims) == ("07_kernel_gap/growth_slopes.png", [claims[0][1]])
     page = render_landing(out, "t", results, None, True, ROOT)
     assert page.index('id="headline"') < page.index('class="findings"')
     (out / "07_kernel_gap" / "growth_slopes.png").unlink()
     assert 'id="headline"' not in render_landing(out, "t", results, None, True, ROOT)
+
+
+def test_the_headline_compares_recipes_where_a_figure_draws_claims_of_two_maps(tmp_path):
+    """A figure that shows claims decided on two maps (the design recipe's and the converged one's) leads the
+    page over the first claim's own figure, and its caption states one claim of each map, so the page never
+    opens on one recipe's verdict alone."""
+    out, results = _report(tmp_path)
+    design = [c for _, c in claims_in(out, ["07_kernel_gap"])]
+    both = {"notebook": "07_kernel_gap", "section": "The gap at convergence", "figures": ["converged_gap_vs_n"]}
+    converged = [dict(design[0], id="converged", claim="At convergence the gap is undecided",
+                      verdict=C.UNDECIDED, decided_by=dict(both, map="converged-gap map (shipped)")),
+                 dict(design[1], id="converged-2", decided_by=dict(both, map="converged-gap map (shipped)"))]
+    design_too = dict(design[2], id="design-excess", decided_by=dict(both, map="one-trial-per-step map (shipped)"))
+    (out / "07_kernel_gap" / "claims.json").write_text(json.dumps([*design, *converged, design_too]))
+    claims = claims_in(out, ["07_kernel_gap"])
+    assert headline_figure(out, claims) == ("07_kernel_gap/growth_slopes.png", [claims[0][1]])  # not drawn yet
+    (out / "07_kernel_gap" / "converged_gap_vs_n.png").write_bytes(b"\x89PNG")
+    rel, stated = headline_figure(out, claims)
+    assert rel == "07_kernel_gap/converged_gap_vs_n.png" and [c["id"] for c in stated] == ["converged", "design-excess"]
+    page = render_landing(out, "t", results, None, True, ROOT)
+    caption = page[page.index("<figcaption"):page.index("</figcaption>")]
+    assert "At convergence the gap is undecided: undecided at this power" in caption
+    assert "decided on converged-gap map (shipped)" in caption and "decided on one-trial-per-step map" in caption
 
 
 def test_the_scale_table_names_the_map_that_decided_each_claim(tmp_path):

@@ -4,8 +4,8 @@ Read top to bottom, it answers a reviewer's questions in the order they ask them
 
 1. the first line: complete, failed (which notebook, at which code cell) or partial (still running,
    interrupted, or notebooks not run);
-2. the findings: the headline figure (the first claim's, the kernel gap against N), then every claim a
-   notebook checked (``claims.json``) in one row: verdict, effect with its interval, seeds, the deciding
+2. the findings: the headline figure (the first that compares maps: the kernel gap at both recipes, each
+   recipe's verdict in its caption), then every claim a notebook checked (``claims.json``) in one row: verdict, effect with its interval, seeds, the deciding
    scale as a short label, and the notebook section and figures that decide it; the evidence is folded;
 3. the scale that decided each claim: the map or grid per claim (``decided_by["map"]``), and the ablation
    grid's settings next to the paper's (the summary notebook's ``scale.csv``), folded;
@@ -288,30 +288,50 @@ def _effect(c: Mapping[str, Any]) -> str:
     return f"<b>{_esc(value)}</b><div class=\"note\">{_esc(c.get('statistic', ''))}</div>"
 
 
-def headline_figure(out_dir: Path, claims: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[str, Mapping] | None:
-    """(figure path relative to the report, its claim): the first figure drawn for the first claim that has
-    one, in the notebooks' order, so the kernel gap against N when notebook 07 drew it."""
+def _drawn(out_dir: Path, notebook: str, c: Mapping[str, Any]) -> list[str]:
+    """The figures (relative to the report) a claim names that its notebook drew, in the claim's order."""
+    decided = c.get("decided_by") or {}
+    page_of = decided.get("notebook", notebook)
+    return [f"{page_of}/{fig}.png" for fig in decided.get("figures", ())
+            if (out_dir / page_of / f"{fig}.png").is_file()]
+
+
+def headline_figure(out_dir: Path, claims: Sequence[tuple[str, Mapping[str, Any]]]
+                    ) -> tuple[str, list[Mapping[str, Any]]] | None:
+    """(figure path relative to the report, the claims its caption states). The headline compares: the first
+    drawn figure, in claim order, that shows claims decided on two or more maps (the kernel gap at the design
+    recipe and at convergence), with the first claim of each map; a page that led with one recipe's verdict
+    would hide the other's. Without such a figure, the first drawn figure of the first claim that has one."""
+    shown: dict[str, dict[str, Mapping[str, Any]]] = {}  # figure -> map -> its first claim, in claim order
     for notebook, c in claims:
-        decided = c.get("decided_by") or {}
-        page_of = decided.get("notebook", notebook)
-        for fig in decided.get("figures", ()):
-            if (out_dir / page_of / f"{fig}.png").is_file():
-                return f"{page_of}/{fig}.png", c
+        for rel in _drawn(out_dir, notebook, c):
+            shown.setdefault(rel, {}).setdefault(_decided_on(c), c)
+    for rel, by_map in shown.items():
+        if len(by_map) > 1:
+            return rel, list(by_map.values())
+    for notebook, c in claims:
+        drawn = _drawn(out_dir, notebook, c)
+        if drawn:
+            return drawn[0], [c]
     return None
+
+
+def _caption(c: Mapping[str, Any]) -> str:
+    text = f"{c.get('claim', '')}: {c.get('verdict', '')}"
+    if c.get("estimate") is not None and c.get("low") is not None:
+        text += (f", {c.get('statistic', '')} {fmt(c['estimate'])} (95 % interval {fmt(c['low'])}-"
+                 f"{fmt(c['high'])}, {c.get('seeds', 0)} seeds)")
+    return f"{text}; decided on {_decided_on(c)}."
 
 
 def _headline(out_dir: Path, claims: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     found = headline_figure(out_dir, claims)
     if found is None:
         return ""
-    rel, c = found
-    caption = f"{c.get('claim', '')}: {c.get('verdict', '')}"
-    if c.get("estimate") is not None and c.get("low") is not None:
-        caption += (f", {c.get('statistic', '')} {fmt(c['estimate'])} (95 % interval {fmt(c['low'])}-"
-                    f"{fmt(c['high'])}, {c.get('seeds', 0)} seeds)")
+    rel, stated = found
+    caption = "<br>".join(_esc(_caption(c)) for c in stated)
     return (f"<figure class=\"headline\" id=\"headline\"><a href=\"{_href(rel)}\"><img src=\"{_href(rel)}\" "
-            f"alt=\"{_esc(Path(rel).stem)}\"></a><figcaption class=\"note\">{_esc(caption)}; decided on "
-            f"{_esc(_decided_on(c))}.</figcaption></figure>")
+            f"alt=\"{_esc(Path(rel).stem)}\"></a><figcaption class=\"note\">{caption}</figcaption></figure>")
 
 
 def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str, Any]) -> str:
