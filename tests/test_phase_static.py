@@ -62,3 +62,23 @@ def test_widen_gives_more_repetitions_only_where_a_cell_is_wider_than_the_tolera
     moved = [dict(r, measured=r["measured"] + 1, joint_low=r["joint_low"] + 1, joint_high=r["joint_high"] + 1)
              for r in rows]
     assert S.widen(moved, {2.0: 100, 3.0: 100}, half_width=0.1, safety=1.0) == got
+
+
+def test_every_params_file_cross_checks_its_static_run_against_the_reference():
+    """The report's small static run is cross-checked cell by cell against the shipped reference, so its tail
+    indices (a params file's, or notebook 08's own default) must be some of the reference's: with [1.5, 2.5, 4.0]
+    the CPU report compared 0 cells and printed that the two disagree."""
+    import yaml
+
+    from heavytail.harness.artifacts import repo_root
+    from heavytail.pipeline.notebook import defaults_of
+
+    root = repo_root()
+    default = defaults_of(root / "notebooks" / "08_phase_diagram.py")["tail_indices"]
+    used = {"notebook 08's default": default}
+    for params in sorted((root / "params").glob("*.yaml")):
+        section = (yaml.safe_load(params.read_text()).get("notebooks") or {}).get("08_phase_diagram") or {}
+        used[params.name] = section.get("tail_indices", default)
+    assert len(used) >= 4
+    off = {where: [a for a in indices if float(a) not in S.TAIL_INDICES] for where, indices in used.items()}
+    assert not any(off.values()), f"tail indices the static reference {S.TAIL_INDICES} lacks: {off}"
