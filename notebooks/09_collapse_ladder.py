@@ -84,6 +84,20 @@ if recipe is not None:
         f"{RunConfig().trials_per_step} trials per step, {RunConfig().steps} steps."))
 
 # %% [markdown]
+# ## Precision or kernel
+#
+# The paper ran softmax's attention in bf16 (FlashAttention under autocast) and the slower kernels' in float32
+# (App. E.4), so its collapse may follow the precision rather than the kernel. Rung R3 therefore also runs
+# softmax's attention in float32 under the same autocast; the rule compares, seed by seed, SDPA in bf16 against
+# it on the share of logged steps with a collapsed batch.
+
+# %%
+precision = [f for f in found if f["id"].startswith("collapse-precision-")]
+display(Markdown("\n\n".join(f"- {claims.render(f)}" for f in precision) or (
+    "Not run yet: no rung has shipped softmax's attention in float32 under autocast (the `attention_backend=flash` "
+    "cells of rung R3) next to SDPA in bf16 on the same seed.")))
+
+# %% [markdown]
 # ## In plain words
 
 # %%
