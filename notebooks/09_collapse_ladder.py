@@ -70,11 +70,19 @@ art.save_figure(collapse.ladder_plots.collapse_figure(runs), "ladder_collapse")
 # every step: per block the largest attention weight, the share of rows whose largest weight is exactly 1 in the
 # precision attention received (absorption: every other point's weight lost to rounding), the largest |S| of
 # eq. 1, the attention entropy over log N and the gradient norm of the block's W_Q and W_K. The panels align
-# each window on its first collapsed batch; log-ELU's run of the same seed is drawn over the same steps. Block 0
-# is the one that sees the raw heavy-tailed tokens.
+# each window on its first collapsed batch; dots are the same softmax run's regular log (every 25 steps) around its
+# window, so a precursor shows as a change from before the window to inside it, and log-ELU's run of the same seed
+# is drawn over the same steps. Block 0 is the one that sees the raw heavy-tailed tokens.
 
 # %%
 art.save_figure(collapse.ladder_plots.onset_figure(runs, block=0), "onset_aligned")
+absorbed = collapse.ladder.absorption_before_onset(runs, block=0)
+if absorbed["softmax"]:
+    display(Markdown("**Block 0 absorbed (most rows' largest weight exactly 1) before the first collapsed batch:** "
+                     + "; ".join(f"{rung} softmax seed {seed}: {x:.0%} of its logged steps before step {centre}"
+                                 for rung, seed, centre, x in absorbed["softmax"])
+                     + (f". Log-ELU's runs: at most {absorbed['log_elu']:.0%} of their logged steps."
+                        if absorbed["log_elu"] is not None else ".")))
 recipe = RunConfig.from_dict({k: v for k, v in ladder.runs[0]["config"].items()}) if ladder.runs else None
 if recipe is not None:
     display(Markdown(

@@ -129,3 +129,51 @@ def test_a_bad_rung_is_one_line_and_exit_2_before_anything_trains(tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not (tmp_path / "out" / grid["name"]).exists() or not any((tmp_path / "out" / grid["name"]).iterdir())
+
+
+def test_the_onset_figure_draws_each_softmax_runs_regular_log_around_its_window():
+    """Whether block 0 was already saturated before the first collapsed batch is read off the softmax run's own
+    regular log outside its every-step window: the figure draws it (dots, no line) on every panel."""
+    import matplotlib.pyplot as plt
+
+    from heavytail.studies import reference_maps
+    from heavytail.studies.collapse import ladder_plots
+
+    runs = reference_maps.load("ladder")["runs"]
+    windows = [r for r in runs if (r.get("onset_window") or {}).get("center") is not None
+               and r["config"]["kernel"] == "softmax"]
+    assert windows, "the shipped ladder holds a softmax run with an onset window"
+    fig = ladder_plots.onset_figure(runs)
+    try:
+        for ax in fig.axes[:6]:
+            dots = [ln for ln in ax.lines if ln.get_linestyle() == "None" and ln.get_marker() == "."]
+            assert len(dots) == len(windows), ax.get_title()
+            assert all(len(ln.get_xdata()) > 0 for ln in dots)
+    finally:
+        plt.close(fig)
+
+
+def test_absorbed_share_counts_logged_steps_with_most_rows_absorbed_before_a_step():
+    run = {"trace": {"step": [0, 25, 50, 75, 100], "block0.attn_absorbed": [0.0, 1.0, 0.75, None, 0.5],
+                     "block1.attn_absorbed": [0.0] * 5}}
+    assert L.absorbed_share(run) == pytest.approx(2 / 4)  # 0.5 is not "most"; None is not logged
+    assert L.absorbed_share(run, before=50) == pytest.approx(1 / 2)
+    assert L.absorbed_share(run, block=1) == 0.0
+    assert L.absorbed_share(run, block=2) is None and L.absorbed_share({"trace": {}}) is None
+
+
+def test_absorption_before_onset_reads_each_softmax_window_and_log_elus_runs():
+    from heavytail.studies import reference_maps
+
+    runs = reference_maps.load("ladder")["runs"]
+    found = L.absorption_before_onset(runs)
+    expected, logs = [], []
+    for (rung, v), rs in L.ladder_cells(runs).items():
+        for r in rs:
+            centre = (r.get("onset_window") or {}).get("center")
+            if v[0] == "softmax" and centre is not None:
+                expected.append((rung, r["config"]["seed"], centre, L.absorbed_share(r, before=centre)))
+            elif v == L.LOG_ELU:
+                logs.append(L.absorbed_share(r))
+    assert expected and found["softmax"] == expected
+    assert found["log_elu"] == max(x for x in logs if x is not None)

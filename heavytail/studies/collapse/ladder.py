@@ -199,6 +199,31 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def absorbed_share(run: Mapping[str, Any], block: int = 0, before: int | None = None) -> float | None:
+    """The share of a run's regularly logged steps (those before step ``before``, when given) at which most rows
+    of ``block``'s attention were absorbed: their largest weight exactly 1 in the working precision, every other
+    point's weight lost to rounding. None when the run logged no attention statistics there."""
+    trace = run.get("trace") or {}
+    pts = [y for s, y in zip(trace.get("step", []), trace.get(f"block{block}.attn_absorbed", []))
+           if isinstance(y, (int, float)) and math.isfinite(y) and (before is None or s < before)]
+    return sum(y > 0.5 for y in pts) / len(pts) if pts else None
+
+
+def absorption_before_onset(runs: Sequence[Mapping[str, Any]], block: int = 0) -> dict[str, Any]:
+    """Was ``block`` already absorbed before softmax's first collapsed batch? ``softmax``: per softmax run with an
+    onset window, (rung, seed, the window's centre step, :func:`absorbed_share` before it); ``log_elu``: the
+    largest :func:`absorbed_share` over log-ELU's runs (None without one)."""
+    soft, other = [], []
+    for (rung, v), rs in ladder_cells(runs).items():
+        for r in rs:
+            centre = (r.get("onset_window") or {}).get("center")
+            if v[0] == "softmax" and centre is not None and (x := absorbed_share(r, block, centre)) is not None:
+                soft.append((rung, r["config"]["seed"], centre, x))
+            elif v == LOG_ELU and (x := absorbed_share(r, block)) is not None:
+                other.append(x)
+    return {"softmax": soft, "log_elu": max(other) if other else None}
+
+
 def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Per rung and variant: seeds, runs labelled collapsed, the median shares and the onsets."""
     rows = []
@@ -212,7 +237,10 @@ def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "collapsed batches (share of logged steps, per seed)": ", ".join(f"{x:.3f}" for x in steps),
             "median ratio (eq. 36)": C.fmt(sorted(r["median"]["ratio"] for r in rs)[len(rs) // 2]),
             "onsets": ", ".join(str(t) for t in onsets(rs).values() if t is not None) or "none",
+            "block 0 absorbed (share of logged steps, per seed)": ", ".join(
+                "n/a" if (x := absorbed_share(r)) is None else f"{x:.2f}" for r in rs),
         })
     return {"title": "The ladder, per rung and kernel", "columns": list(rows[0]) if rows else [], "rows": rows,
             "notes": "collapsed: most evaluation trials' output spread below 5 % of the target's (App. I); onset: "
-                     "the first logged step from which every logged batch is collapsed"}
+                     "the first logged step from which every logged batch is collapsed; absorbed: most rows of block "
+                     "0's attention had one weight of exactly 1 in the working precision"}

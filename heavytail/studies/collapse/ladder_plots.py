@@ -85,6 +85,13 @@ def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = Non
             for ax, (key, label, log) in zip(axes.flat, ONSET_PANELS):
                 xs, ys = _series(r, key, block, "onset_window")
                 ax.plot([x - centre for x in xs], ys, color=_color(L.variant(r)), lw=0.9, alpha=0.8)
+                # the same run's regular log around the window: was block 0 already saturated before it?
+                inside = (min(xs), max(xs)) if xs else (centre, centre)
+                xs, ys = _series(r, key, block)
+                keep = [(x - centre, y) for x, y in zip(xs, ys)
+                        if abs(x - centre) <= width and not inside[0] <= x <= inside[1]]
+                if keep:
+                    ax.plot(*zip(*keep), color=_color(L.variant(r)), ls="none", marker=".", ms=4, alpha=0.8)
                 if partner is not None:
                     xs, ys = _series(partner, key, block)
                     keep = [(x - centre, y) for x, y in zip(xs, ys) if abs(x - centre) <= width]
@@ -95,8 +102,8 @@ def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = Non
                 ax.axvline(0, color="0.5", lw=0.6, ls=":")
         for ax in axes[1]:
             ax.set_xlabel("steps from the first collapsed batch")
-        fig.suptitle(f"Around the collapse onset, block {block} ({len(windows)} softmax windows; log-ELU: the same "
-                     "seed's regular log)", fontsize=10)
+        fig.suptitle(f"Around the collapse onset, block {block} ({len(windows)} softmax windows at every step, dots: "
+                     "the same run's regular log; log-ELU: the same seed's regular log)", fontsize=10)
     else:
         from heavytail.science.collapse import rolling_median
 
