@@ -96,14 +96,17 @@ def nested_attention(log_g_s: torch.Tensor, v: torch.Tensor, ns: Sequence[int]) 
 
 
 def output_growth(log_gs: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], a: float, ns: Sequence[int],
-                  reps: int, d: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
+                  reps: int, d: int = 2, seed: int = 0, progress: str | None = None) -> dict[str, np.ndarray]:
     """Per kernel, (reps, len(ns)) norms |o_N| of one query's attention output over the first N of max(ns)
     keys. Every kernel sees the same draws: each repetition draws its own projections, query and tokens;
-    ``log g`` is applied in float64 and the sums are offset by their largest log g (:func:`nested_attention`)."""
+    ``log g`` is applied in float64 and the sums are offset by their largest log g (:func:`nested_attention`).
+    ``progress``: a label for a progress bar over the repetitions on stderr (none without it)."""
+    from tqdm import tqdm
+
     n_max = max(ns)
     out = {name: np.empty((reps, len(ns))) for name in log_gs}
     gen = torch.Generator().manual_seed(seed)
-    for r in range(reps):
+    for r in tqdm(range(reps), desc=progress, disable=progress is None, leave=False, unit="rep"):
         w_q, w_k, w_v = (torch.randn(d, d, generator=gen, dtype=torch.float64) for _ in range(3))
         x_q = symmetric_pareto(1, d, a, gen)
         x = symmetric_pareto(n_max, d, a, gen)

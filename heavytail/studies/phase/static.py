@@ -109,7 +109,8 @@ def widen(rows: Sequence[Mapping[str, Any]], reps: Mapping[float, int], half_wid
 
 
 def compute(reps: int | Mapping[float, int], tail_indices: Sequence[float] = TAIL_INDICES, ns: Sequence[int] | None = None,
-            seed_base: int = SEED_BASE, n_boot: int = 1000, work: Path | None = None) -> dict[str, Any]:
+            seed_base: int = SEED_BASE, n_boot: int = 1000, work: Path | None = None, progress: bool = False
+            ) -> dict[str, Any]:
     """The static reference: ``rows`` (moment_condition.exponent_table, each with ``n_max`` and ``reps``), the
     per-(a, kernel) median |o_N| over repetitions at each N (``medians``), ``ns`` and the design. ``reps``: one
     count for every tail index or one per tail index (:func:`allocate`); with ``work``, each tail index's norms
@@ -131,7 +132,8 @@ def compute(reps: int | Mapping[float, int], tail_indices: Sequence[float] = TAI
             norms[a] = dict(np.load(cached))
             continue
         with torch.no_grad():
-            norms[a] = M.output_growth(log_gs, a, ns, reps=per[a], d=D, seed=seed_base + i)
+            norms[a] = M.output_growth(log_gs, a, ns, reps=per[a], d=D, seed=seed_base + i,
+                                       progress=f"a = {a:g} ({i + 1} of {len(tail_indices)})" if progress else None)
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
             np.savez(cached, **norms[a])
@@ -214,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         reps = args.reps
     out = compute(reps, tuple(args.tail_indices or TAIL_INDICES), n_boot=args.n_boot,
-                  work=Path(args.work) if args.work else None)
+                  work=Path(args.work) if args.work else None, progress=True)
     if pilot:
         out["design"]["pilot"] = pilot
     prov |= {"command": "python -m heavytail.studies.phase.static " + " ".join(argv if argv is not None
