@@ -78,8 +78,10 @@ print(phase_map.describe())
 # the others by the trained map
 found = phase.diagram.findings(phase_map.runs, ref_rows or static_rows)
 static = [f for f in found if f["id"] == "static-exponent-matches"]
+confirm_source = reference_maps.source("phase-confirm")  # the pre-registered test: its own map, new seeds
 found = (claims.decided_on([f for f in found if f not in static], phase_map.label)
-         + claims.decided_on(static, "the shipped static reference" if ref_rows else "this notebook's static test"))
+         + claims.decided_on(static, "the shipped static reference" if ref_rows else "this notebook's static test")
+         + claims.decided_on(phase.confirm.findings(confirm_source.runs), confirm_source.label))
 show(claims.claims_table(found, "Phase-diagram claims"), art, "findings")
 _ = art.save_table("claims.json", found)
 

@@ -197,3 +197,23 @@ def test_strata_of_the_tail_index_find_growth_confined_to_the_heavier_trials():
     tol = 5 * _slope_sd(cell[1], trials=TRIALS // 2)
     assert abs(np.mean(list(strata[(*cell, 0)].values())) - PC.GROWS) < tol
     assert abs(np.mean(list(strata[(*cell, 1)].values()))) < tol
+
+
+def test_the_claim_record_carries_confirms_verdict_and_the_cells_agreeing_with_the_primary_rule():
+    """The README's row is confirm's decision: reproduced with all four cells agreeing where growth follows the
+    primary rule, not reproduced with three where it follows 'q + 1 >= a_hi', not run without runs."""
+    from heavytail.harness.config import RunConfig
+
+    def full(runs):  # the README's scale column reads every setting of a real run's configuration
+        return [{**r, "config": {**RunConfig().to_dict(), **r["config"]}} for r in runs]
+
+    (primary,) = PC.findings(full(_design(PC.PRIMARY)))
+    assert primary["verdict"] == C.REPRODUCED and primary["estimate"] == 4.0 and primary["seeds"] == len(PC.SEEDS)
+    assert "Rules: q + 1 >= a_lo: consistent" in primary["evidence"] and not primary["needs"]
+    (other,) = PC.findings(full(_design("q + 1 >= a_hi", seed=1)))
+    # only linear ELU grows: the one cell where the primary rule, predicting growth in all four, is right
+    assert all(PC.predictions(*cell)[PC.PRIMARY] for cell in PC.deciding_cells())
+    assert other["verdict"] == C.NOT_REPRODUCED and other["estimate"] == 1.0
+    assert "linear_elu on paper: reproduced" in other["evidence"]
+    (none,) = PC.findings([])
+    assert none["verdict"] == C.NOT_RUN and none["estimate"] is None and "grid_phase_confirm" in none["needs"]

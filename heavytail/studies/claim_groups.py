@@ -20,6 +20,7 @@ import heavytail.studies.collapse.ladder as collapse_ladder
 import heavytail.studies.kernel_gap.claims as kernel_gap_claims
 import heavytail.studies.kernel_gap.converged as converged_gap
 import heavytail.studies.kernel_gap.subnormal_ab as subnormal_ab
+import heavytail.studies.phase.confirm as phase_confirm
 import heavytail.studies.phase.diagram as phase_diagram
 from heavytail.studies import claims, reference_maps
 
@@ -50,6 +51,8 @@ GROUPS: tuple[ClaimGroup, ...] = (
     ClaimGroup("gap-long", "gap-long", kernel_gap_claims.long_findings),
     # the trained claims, and the static test read from the shipped static reference
     ClaimGroup("phase", "phase", lambda runs: phase_diagram.findings(runs, _static_rows())),
+    # App. A's boundary tested as registered before its runs, on new seeds (notebook 08)
+    ClaimGroup("phase-confirm", "phase-confirm", phase_confirm.findings),
     # the earlier map, a second arm of the same claims (notebook 07)
     ClaimGroup("gap-points", "gap-points", kernel_gap_claims.findings, headline=False),
     # the paper's collapse, rung by rung toward Table 3 (notebook 09)

@@ -219,3 +219,34 @@ def seeds_needed(sd: float, target: float = 0.8, most: int = 80, m: int = 200) -
         if power(sd, n, m=m) >= target:
             return n
     return None
+
+
+def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The pre-registered claim as a :class:`heavytail.studies.claims.Claim` record: :func:`confirm`'s primary
+    verdict, the count of deciding cells decided in agreement with the primary rule, each cell's decision and
+    each rule's standing as the evidence, and the seeds a cell still needs when it is undecided."""
+    from heavytail.studies.kernel_gap.gap import map_extent
+
+    found = confirm(runs)
+    mine = [r for r in runs if _cell(r) in deciding_cells() and r["config"]["seed"] in set(SEEDS)]
+    cells = found.get("cells", {})
+    agree = [c for c, v in cells.items() if v["grows"] is not None and v["grows"] == predictions(*c)[PRIMARY]]
+    per_cell = "; ".join(f"{k} on {g}: {v['decision'].verdict}" + (
+        "" if v["decision"].estimate is None else f", slope {v['decision'].estimate.estimate:+.3f} per doubling "
+        f"[{v['decision'].estimate.low:+.3f}, {v['decision'].estimate.high:+.3f}], {v['decision'].estimate.n} seeds")
+        for (k, g), v in cells.items())
+    rules = "; ".join(f"{name}: {state}" for name, state in found.get("rules", {}).items())
+    seeds = [v["decision"].estimate.n for v in cells.values() if v["decision"].estimate is not None]
+    needs = {C.UNDECIDED: "every deciding cell decided by the growth rule at the Bonferroni level (20 seeds per "
+                          "cell at N = 256-4096, 8192 on the moderate cells): the runs not yet shipped",
+             C.NOT_RUN: "the confirmatory map (params/grid_phase_confirm.yaml)"}.get(found["verdict"], "")
+    return [C.Claim(
+        "phase-confirm", f"Trained growth with N follows App. A's boundary {PRIMARY} (pre-registered test, "
+        "floor-free excess)", "App. A (beyond the paper)",
+        "not tested in the paper", found["verdict"], statistic=f"deciding cells agreeing (of {len(cells)})",
+        estimate=float(len(agree)) if cells else None, seeds=min(seeds, default=0),
+        scale=map_extent(mine) if mine else "",
+        evidence=(f"{len(mine)} runs of the test; per cell, the growth rule at the level {found.get('level', 0):.4f}: "
+                  f"{per_cell}. Rules: {rules}") if cells else "", needs=needs,
+        decided_by={"notebook": "08_phase_diagram", "section": "The confirmatory trained test, pre-registered",
+                    "figures": []}).to_dict()]
