@@ -164,12 +164,14 @@ def test_a_timed_out_job_is_requeued_and_resumes_to_the_same_weights(slurm_clust
     with ``scontrol update`` so it runs out mid-training. The signal, the requeue and the resume are
     SLURM's and submitit's own. SLURM holds a requeued job for two minutes before it may start again;
     the test releases it at once (``StartTime=now``)."""
-    grid = _grid(slurm_cluster, "grid-slurm-requeue", timeout_min=10, signal_delay_s=90, max_num_timeout=3)
+    # The signal window (150 s) is wider than the time left once the limit is lowered (60-120 s, below), so
+    # the window is open at once and slurmctld signals at its next time-limit check (every 30 s).
+    grid = _grid(slurm_cluster, "grid-slurm-requeue", timeout_min=10, signal_delay_s=150, max_num_timeout=3)
     grid["axes"]["tasks"] = grid["axes"]["tasks"][:1]
-    # About 16 ms a step on one quiet core: 6000 steps keep training going for over a minute and a half
-    # after the first checkpoint, three times the longest wait for slurmctld's signal (its time-limit
-    # check runs every 30 s). At 2000 steps a quiet machine finished training before the signal came.
-    grid["base"].update(steps=6000, checkpoint_every=20, log_every=1)
+    # 8-16 ms a step on one core (quiet to busy): 12000 steps keep training going for over 90 s after the
+    # first checkpoint, three times that 30 s wait. At 6000 steps with a 90 s window (signal up to a minute
+    # after the update) a quiet machine finished training first and the requeued notebook had nothing to resume.
+    grid["base"].update(steps=12000, checkpoint_every=20, log_every=1)
     spec = GridSpec.from_dict(grid)
     (name,), cfg = spec.names, spec.configs[0]
     grid_file = _write(tmp_path, grid)
@@ -194,8 +196,8 @@ def test_a_timed_out_job_is_requeued_and_resumes_to_the_same_weights(slurm_clust
                           every_s=0.5)
         state = _squeue([job_id])[job_id]
         assert state == "RUNNING", f"the job ended before its training did ({state}); give it more steps"
-        # Elapsed minutes, rounded up, plus one: the limit is at most two minutes away, inside the
-        # 90 s signal window, so slurmctld signals at its next time-limit check (every 30 s).
+        # Elapsed whole minutes plus two: the limit is 60-120 s away, inside the 150 s signal window, and far
+        # enough for submitit to checkpoint and requeue before the kill.
         elapsed = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%M"], capture_output=True, text=True,
                                  check=True).stdout.strip()
         parts = [int(p) for p in elapsed.split("-")[-1].split(":")]
@@ -232,7 +234,8 @@ def test_a_timed_out_job_is_requeued_and_resumes_to_the_same_weights(slurm_clust
     text = "\n".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     resumed = re.search(r"training: resuming from (step_\d+)", text)
     said = re.search(r"training: .*", text)
-    assert resumed, f"the requeued notebook did not resume from a checkpoint; it said {said and said.group(0)!r}"
+    assert resumed, (f"the requeued notebook did not resume from a checkpoint; it said {said and said.group(0)!r}; "
+                     f"timeline: {timeline + log}")
 
     timeline += [(t, f"submitit: {msg}") for t, msg in log
                  if any(p in msg for p in ("Starting with", "Caught signal", "Requeued job", "completed", "Exiting"))]
