@@ -335,7 +335,17 @@ def test_ctrl_c_during_a_grid_is_one_line_and_leaves_its_records_consistent(tmp_
             assert proc.poll() is None and time.monotonic() < deadline, "the grid never started training"
             time.sleep(0.5)
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            import psutil
+
+            alive = [f"{c.pid} {c.status()} {' '.join(c.cmdline())[:120]}" for c in
+                     [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]]
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate()
+            raise AssertionError(f"the grid did not exit within 120 s of Ctrl-C; still alive: {alive}; "
+                                 f"it printed: {err[-3000:]}") from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

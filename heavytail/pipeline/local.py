@@ -98,6 +98,9 @@ def _stop(workers: list) -> None:
         worker.terminate()
     for worker in workers:
         worker.join(timeout=10)
+        if worker.is_alive():  # SIGTERM not acted on in 10 s (a loaded machine, a handler): the pool's shutdown
+            worker.kill()      # would wait on it for ever
+            worker.join(timeout=5)
     if psutil is None:
         return
     for kernel in kernels:
@@ -105,7 +108,12 @@ def _stop(workers: list) -> None:
             kernel.terminate()
         except psutil.Error:
             pass
-    psutil.wait_procs(kernels, timeout=10)
+    _, alive = psutil.wait_procs(kernels, timeout=10)
+    for kernel in alive:
+        try:
+            kernel.kill()
+        except psutil.Error:
+            pass
 
 
 def run_submitit_local(report: GridReport, todo: Todo, workers: int, timeout_min: int) -> None:
