@@ -45,6 +45,11 @@ def test_the_grid_runs_every_deciding_cell_on_20_new_seeds():
     for cell, s in seeds.items():
         assert len(s) >= 20 and not s & set(PC.SHIPPED_SEEDS), cell
         assert {cfg.n_points for cfg in configs if (cfg.kernel, cfg.tail_regime) == cell} >= set(PC.NS)
+    # what the decision waits for is exactly what the grid runs
+    runs = {}
+    for cfg in configs:
+        runs.setdefault((cfg.kernel, cfg.tail_regime), set()).add((cfg.seed, cfg.n_points))
+    assert runs == {cell: PC.registered_runs(cell) for cell in PC.deciding_cells()}
 
 
 @pytest.mark.parametrize("truth", [r for r in PC.RULES if r != PC.PRIMARY])
@@ -217,3 +222,26 @@ def test_the_claim_record_carries_confirms_verdict_and_the_cells_agreeing_with_t
     assert "linear_elu on paper: reproduced" in other["evidence"]
     (none,) = PC.findings([])
     assert none["verdict"] == C.NOT_RUN and none["estimate"] is None and "grid_phase_confirm" in none["needs"]
+
+
+def test_a_cell_with_registered_runs_missing_is_an_interim_reading_not_a_verdict():
+    """Growth planted only where q + 1 >= a_hi predicts it decides not reproduced on the whole design; with the
+    N = 4096 runs of one cell not yet in, that cell keeps its interim slope but is undecided, and so is the claim
+    (another decided cell would still exclude the primary rule: here none is decided without it)."""
+    runs = _design("q + 1 >= a_hi", seed=1)
+    late = ("linear_elu", "paper")
+    partial = [r for r in runs if not ((r["config"]["kernel"], r["config"]["tail_regime"]) != late
+                                       and r["config"]["n_points"] >= PC.NS[-1] and r["config"]["seed"] != PC.SEEDS[0])]
+    result = PC.confirm(partial)
+    interim = {cell for cell, c in result["cells"].items() if c["interim"]}
+    assert interim == set(PC.deciding_cells()) - {late}
+    assert all(result["cells"][cell]["decision"].verdict == C.UNDECIDED for cell in interim)
+    assert all(result["cells"][cell]["decision"].estimate.n == len(PC.SEEDS) for cell in interim)
+    assert result["cells"][late]["grows"] is True and result["verdict"] == C.UNDECIDED
+    assert result["missing"][("squared_elu", "moderate")] == 2 * (len(PC.SEEDS) - 1)
+    from heavytail.harness.config import RunConfig
+
+    (claim,) = PC.findings([{**r, "config": {**RunConfig().to_dict(), **r["config"]}} for r in partial])
+    assert claim["verdict"] == C.UNDECIDED and "interim, 42 of 80 registered runs" in claim["evidence"]
+    assert "38 on squared_elu/moderate" in claim["needs"] and "linear_elu/paper" not in claim["needs"]
+    assert PC.confirm(runs)["verdict"] == C.NOT_REPRODUCED  # the same runs, every one in

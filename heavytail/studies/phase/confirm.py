@@ -20,7 +20,10 @@ grows wherever the floor falls, five seeds make its joint rule *reproduced* almo
 - **per-cell prediction**: *grows* (slope > 0: the growth rule's interval above 0) or *bounded* (slope below
   log 1.10 per doubling: the interval below heavytail.studies.claims.GROWTH_MARGIN);
 - **decision** (:func:`confirm_verdict`): each deciding cell by the growth rule at the Bonferroni level
-  1 - 0.05 / cells; a rule is *excluded* when a decided cell contradicts it. The claim "trained growth follows
+  1 - 0.05 / cells, once every registered run of the cell (:func:`registered_runs`) is in: before that the cell's
+  slope is an interim reading, shown but undecided (a verdict read off whichever runs have finished would be
+  a sequence of looks the rule was not simulated for, and its slopes would mix seeds with different N); a rule
+  is *excluded* when a decided cell contradicts it. The claim "trained growth follows
   q + 1 >= a_lo" is *reproduced* when every deciding cell is decided and agrees with it (so both alternatives
   are excluded), *not reproduced* when a cell contradicts it, *undecided* otherwise (with the seeds
   :func:`seeds_needed` says it would take);
@@ -54,7 +57,14 @@ RULES: dict[str, Callable[[float, float, float], bool]] = {
 SEEDS = tuple(range(100, 120))  # the shipped phase map used seeds 0-4
 SHIPPED_SEEDS = tuple(range(5))
 NS = (256, 1024, 4096)
-LONG_N = 8192  # added on the cells predicted to grow by the primary rule only: the lever arm they need
+LONG_N = 8192  # added on the moderate regime's cells, whose q + 1 sits at or just above a_lo: the smallest
+LONG_REGIME = "moderate"  # predicted growth, so the longest lever arm
+
+
+def registered_runs(cell: tuple[str, str]) -> set[tuple[int, int]]:
+    """The (seed, training N) pairs the test registered for a deciding cell (params/grid_phase_confirm.yaml)."""
+    ns = NS + ((LONG_N,) if cell[1] == LONG_REGIME else ())
+    return {(seed, n) for seed in SEEDS for n in ns}
 GROWS = math.log(1.5)  # the effect size power is computed at: x1.5 per doubling, as notebook 08's map power
 
 
@@ -140,8 +150,12 @@ def confirm(runs: Sequence[Mapping[str, Any]], seeds: Sequence[int] = SEEDS) -> 
         missing = sorted(set(by_seed) - set(per_seed.get(cell, {})))
         if at_floor or missing:
             left_out[cell] = {"runs": at_floor, "seeds": missing}
-    verdict = confirm_verdict({cell: list(per_seed.get(cell, {}).values()) for cell in cells})
-    return {**verdict, "slopes": {cell: per_seed.get(cell, {}) for cell in cells}, "left_out": left_out}
+    shipped = {cell: {(s, n) for s, row in ends.get(cell, {}).items() for n in row} for cell in cells}
+    missing = {cell: len(registered_runs(cell) - shipped[cell]) for cell in cells}
+    verdict = confirm_verdict({cell: list(per_seed.get(cell, {}).values()) for cell in cells},
+                              interim=[cell for cell in cells if missing[cell]])
+    return {**verdict, "slopes": {cell: per_seed.get(cell, {}) for cell in cells}, "left_out": left_out,
+            "missing": missing}
 
 
 def stratum_slopes(runs: Sequence[Mapping[str, Any]], strata: int = 2) -> dict[tuple[str, str, int], dict[int, float]]:
@@ -171,19 +185,22 @@ def stratum_of(a: float, regime: str, strata: int = 2) -> int:
     return min(strata - 1, max(0, int((a - lo) / (hi - lo) * strata)))
 
 
-def confirm_verdict(slopes: Mapping[tuple[str, str], Sequence[float]], level: float = C.LEVEL
-                    ) -> dict[str, Any]:
+def confirm_verdict(slopes: Mapping[tuple[str, str], Sequence[float]], level: float = C.LEVEL,
+                    interim: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
     """From per-cell per-seed slopes (log excess per doubling of N) on the deciding cells: each cell's growth
     decision at the Bonferroni level, each rule's standing (``excluded`` when a decided cell contradicts it,
-    ``consistent`` when every cell is decided and agrees, else ``open``), and the primary claim's verdict."""
+    ``consistent`` when every cell is decided and agrees, else ``open``), and the primary claim's verdict. A cell
+    in ``interim`` (registered runs still missing) keeps its estimate and interval but is undecided."""
     if not slopes:
         return {"verdict": C.NOT_RUN, "cells": {}, "rules": {}}
     strict = 1 - (1 - level) / len(slopes)
     cells, standing = {}, {name: "consistent" for name in RULES}
     for cell, values in slopes.items():
         d = C.growth_rule(list(values), level=strict)
+        if cell in interim and d.verdict != C.NOT_RUN:
+            d = C.Decision(C.UNDECIDED, d.estimate, "interim: registered runs not yet shipped")
         grows = {C.REPRODUCED: True, C.NOT_REPRODUCED: False}.get(d.verdict)
-        cells[cell] = {"decision": d, "grows": grows}
+        cells[cell] = {"decision": d, "grows": grows, "interim": cell in interim}
         for name, predicted in predictions(*cell).items():
             if grows is None and standing[name] == "consistent":
                 standing[name] = "open"
@@ -231,14 +248,24 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     mine = [r for r in runs if _cell(r) in deciding_cells() and r["config"]["seed"] in set(SEEDS)]
     cells = found.get("cells", {})
     agree = [c for c, v in cells.items() if v["grows"] is not None and v["grows"] == predictions(*c)[PRIMARY]]
-    per_cell = "; ".join(f"{k} on {g}: {v['decision'].verdict}" + (
+    missing = found.get("missing", {})
+
+    def status(cell, v) -> str:
+        if not v["interim"]:
+            return v["decision"].verdict
+        total = len(registered_runs(cell))
+        return f"{v['decision'].verdict} (interim, {total - missing[cell]} of {total} registered runs)"
+
+    per_cell = "; ".join(f"{k} on {g}: {status((k, g), v)}" + (
         "" if v["decision"].estimate is None else f", slope {v['decision'].estimate.estimate:+.3f} per doubling "
         f"[{v['decision'].estimate.low:+.3f}, {v['decision'].estimate.high:+.3f}], {v['decision'].estimate.n} seeds")
         for (k, g), v in cells.items())
     rules = "; ".join(f"{name}: {state}" for name, state in found.get("rules", {}).items())
     seeds = [v["decision"].estimate.n for v in cells.values() if v["decision"].estimate is not None]
-    needs = {C.UNDECIDED: "every deciding cell decided by the growth rule at the Bonferroni level (20 seeds per "
-                          "cell at N = 256-4096, 8192 on the moderate cells): the runs not yet shipped",
+    left = ", ".join(f"{n} on {k}/{g}" for (k, g), n in missing.items() if n)
+    needs = {C.UNDECIDED: "every deciding cell decided by the growth rule at the Bonferroni level on all its "
+                          f"registered runs (20 seeds at N = {', '.join(map(str, NS))}, {LONG_N} on the "
+                          f"{LONG_REGIME} cells)" + (f": {left} not yet shipped" if left else ""),
              C.NOT_RUN: "the confirmatory map (params/grid_phase_confirm.yaml)"}.get(found["verdict"], "")
     return [C.Claim(
         "phase-confirm", f"Trained growth with N follows App. A's boundary {PRIMARY} (pre-registered test, "
