@@ -277,8 +277,10 @@ else:
 # Fixed in `heavytail/studies/phase/confirm.py` and `params/grid_phase_confirm.yaml` before any of its runs.
 # Evaluation now keeps the per-trial records its floor-free endpoint reads (each trial's energy distance, that
 # trial's own floor and its tail indices, at the training N), and `phase.confirm.confirm` decides from them on the
-# `phase-confirm` map (`params/grid_phase_confirm.yaml`), shipped as its runs finish: the state printed below. Its
-# power uses the shipped phase map's per-seed slope spread as a stand-in for the excess endpoint's.
+# `phase-confirm` map (`params/grid_phase_confirm.yaml`), shipped as its runs finish: the state printed below. A cell
+# is decided only once every run registered for it is in; until then its slope is printed as an interim reading,
+# not a verdict. Its power uses the shipped phase map's per-seed slope spread as a stand-in for the excess
+# endpoint's.
 
 # %%
 confirm_cells = phase.confirm.deciding_cells()
@@ -306,7 +308,12 @@ confirm_text = ("the confirmatory map is not shipped yet" if confirmed is None e
                 + "; ".join(f"{k}: {v}" for k, v in confirmed["rules"].items()) + ")")
 display(Markdown(f"**Confirmatory map:** {confirm_text}."
                  + ("" if confirmed is None else "".join(
-                     f"\n- {k[0]} on {k[1]}: {v['decision'].verdict} ({v['decision'].reason})"
+                     f"\n- {k[0]} on {k[1]}: {v['decision'].verdict}"
+                     + (f", slope {v['decision'].estimate.estimate:+.3f} per doubling [{v['decision'].estimate.low:+.3f}, "
+                        f"{v['decision'].estimate.high:+.3f}], {v['decision'].estimate.n} seeds" if v["decision"].estimate else "")
+                     + (f" (interim: {len(phase.confirm.registered_runs(k)) - confirmed['missing'][k]} of "
+                        f"{len(phase.confirm.registered_runs(k))} registered runs in)" if v["interim"]
+                        else f" ({v['decision'].reason})" if v["decision"].reason else "")
                      for k, v in confirmed["cells"].items()))))
 
 # %% [markdown]
