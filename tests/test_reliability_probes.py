@@ -316,6 +316,12 @@ def test_a_wrong_typed_notebook_parameter_is_refused_by_name(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def _sigint_default() -> None:
+    # A shell starts background jobs with SIGINT ignored, and an ignored signal stays ignored across exec: Python
+    # then installs no KeyboardInterrupt handler. The grid under test is a terminal's foreground job.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_a_grid_is_one_line_and_leaves_its_records_consistent(tmp_path):
     grid = yaml.safe_load((PARAMS / "grid_smoke.yaml").read_text())
     grid["base"].update(steps=100_000, warmup_steps=1, checkpoint_every=50_000)  # still running when interrupted
@@ -328,7 +334,7 @@ def test_ctrl_c_during_a_grid_is_one_line_and_leaves_its_records_consistent(tmp_
     # A session of its own, as a terminal's foreground job: Ctrl-C signals the whole group (grid and workers).
     proc = subprocess.Popen([sys.executable, "-m", "heavytail", "grid", str(grid_file), "--output-root",
                              str(tmp_path), "--quiet"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=_sigint_default)
     try:
         deadline = time.monotonic() + 300
         while not run.metrics_path.is_file():  # training has started in the notebook
