@@ -13,7 +13,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -104,6 +104,17 @@ def dumps_json(obj: Any, **kwargs: Any) -> str:
 
 def save_json(obj: Any, path: str | Path) -> Path:
     return atomic_write_text(path, dumps_json(obj, indent=1) + "\n")
+
+
+def save_records_json(obj: Mapping[str, Any], key: str, path: str | Path) -> Path:
+    """``obj`` as JSON with its list ``obj[key]`` written one compact record per line and the rest indented: a
+    shipped map's runs hold long numeric series, which indentation puts one number per line (about 1.6x the bytes),
+    and one line per run keeps a map's diff to the runs it gained."""
+    head = dumps_json({k: v for k, v in obj.items() if k != key}, indent=1)
+    records = ",\n".join(" " + dumps_json(r, separators=(",", ":")) for r in obj[key])
+    body = f'{json.dumps(key)}: [\n{records}\n ]' if records else f"{json.dumps(key)}: []"
+    text = head[:-2] + ",\n " + body + "\n}" if head != "{}" else "{\n " + body + "\n}"
+    return atomic_write_text(path, text + "\n")
 
 
 def load_json(path: str | Path) -> Any:

@@ -4,6 +4,7 @@ the shipped reference map against its grid file."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -362,6 +363,22 @@ def test_only_a_map_that_asks_for_per_trial_records_ships_them(tmp_path, monkeyp
     assert all("per_trial" not in r for r in _shipping(tmp_path, monkeypatch, "phase", runs))
     confirm = _shipping(tmp_path, monkeypatch, "phase-confirm", runs)
     assert all(r["per_trial"] == cols and r["trace"] == {} for r in confirm)
+
+
+def test_a_shipped_map_is_one_line_per_run_and_reads_back_exactly(tmp_path, monkeypatch):
+    from heavytail.io import load_json
+
+    clean = {"commit": "a" * 40, "dirty": False}
+    runs = [{"name": f"c{i}", "config": {}, "median": {"ratio": float("nan") if i else 1.5}, "mean": {},
+             "collapse": {}, "provenance": [clean], "trace": {"step": list(range(50)), "loss": [0.5] * 50}}
+            for i in range(3)]
+    _shipping(tmp_path, monkeypatch, "phase", runs)
+    path = tmp_path / "phase.json"
+    lines = path.read_text().splitlines()
+    assert sum(line.startswith(' {"name":') for line in lines) == 3 and len(lines) < 40
+    back = load_json(path)["runs"]
+    assert [r["name"] for r in back] == ["c0", "c1", "c2"] and back[0]["trace"]["step"] == list(range(50))
+    assert back[0]["median"]["ratio"] == 1.5 and math.isnan(back[1]["median"]["ratio"])
 
 
 def test_the_confirmatory_map_with_its_per_trial_records_fits_a_shipped_maps_size():

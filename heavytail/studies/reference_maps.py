@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from heavytail import cli
 from heavytail.harness.artifacts import repo_root
 from heavytail.harness.provenance import check_shippable, machine, now
-from heavytail.io import load_json, save_json
+from heavytail.io import load_json, save_records_json
 from heavytail.studies.grid_folder import GRID_JSON
 
 
@@ -321,7 +321,7 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
         "runs": runs,
     }
     _check_replace(out, len(runs), force)
-    return save_json(payload, out)
+    return save_records_json(payload, "runs", out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
