@@ -308,7 +308,7 @@ confirm_text = ("the confirmatory map is not shipped yet" if confirmed is None e
                 + "; ".join(f"{k}: {v}" for k, v in confirmed["rules"].items()) + ")")
 display(Markdown(f"**Confirmatory map:** {confirm_text}."
                  + ("" if confirmed is None else "".join(
-                     f"\n- {k[0]} on {k[1]}: {v['decision'].verdict}"
+                     f"\n- {k[0]} on {k[1]}: {'no verdict yet' if v['interim'] else v['decision'].verdict}"
                      + (f", slope {v['decision'].estimate.estimate:+.3f} per doubling [{v['decision'].estimate.low:+.3f}, "
                         f"{v['decision'].estimate.high:+.3f}], {v['decision'].estimate.n} seeds" if v["decision"].estimate else "")
                      + (f" (interim: {len(phase.confirm.registered_runs(k)) - confirmed['missing'][k]} of "

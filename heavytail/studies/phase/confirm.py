@@ -254,7 +254,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if not v["interim"]:
             return v["decision"].verdict
         total = len(registered_runs(cell))
-        return f"{v['decision'].verdict} (interim, {total - missing[cell]} of {total} registered runs)"
+        return f"no verdict yet (interim, {total - missing[cell]} of {total} registered runs in)"
 
     per_cell = "; ".join(f"{k} on {g}: {status((k, g), v)}" + (
         "" if v["decision"].estimate is None else f", slope {v['decision'].estimate.estimate:+.3f} per doubling "
