@@ -201,7 +201,7 @@ def results_index(results: Path = RESULTS) -> str:
         if "before" in data and "after" in data:
             sides = [sorted({f["commit"][:7] for f in data[s]}) for s in ("before", "after")]
             return f"before {', '.join(sides[0])}, after {', '.join(sides[1])}"
-        state = data.get("package") or data.get("provenance") or {}
+        state = data.get("package") or data.get("provenance") or data.get("meta") or {}  # gpu_check: meta
         return (state.get("commit") or "not recorded")[:7]
 
     rows = []

@@ -3,6 +3,7 @@
     python benchmarks/gpu_check.py              # one GPU, about 8 minutes; JSON + markdown into benchmarks/results/
     python benchmarks/gpu_check.py --smoke      # CPU, tiny shapes, well under a minute: the script runs end to end
     python benchmarks/gpu_check.py --parts correctness step --out /tmp/check
+    python benchmarks/gpu_check.py --from-log LOG --date 2026-12-04   # the record of a run killed before it wrote one
 
 (a) correctness: every kernel (Table 1) x {flex, flash, tiled} (and SDPA for softmax), forward and
     backward of eq. 7 at head dim 256, N = 4096 in float32, against float64 dense attention on the same
@@ -31,6 +32,7 @@ import argparse
 import datetime as dt
 import math
 import platform
+import re
 import statistics
 import sys
 import time
@@ -145,7 +147,8 @@ def _fwd_bwd(q, k, v, go, kernel: str, backend: str, dtype: torch.dtype):
     return out, grads
 
 
-def check_attention(sizes: Sizes, device: torch.device, budget: Budget, kernels=KERNEL_NAMES) -> list[dict]:
+def check_attention(sizes: Sizes, device: torch.device, budget: Budget, kernels=KERNEL_NAMES,
+                    rows: list | None = None, on_row=lambda: None) -> list[dict]:
     gen = torch.Generator().manual_seed(0)
     data = {kind: [t.to(device) for t in _tokens(kind, sizes.attn_n, sizes.attn_d, gen)] for kind in ("gaussian", "pareto")}
     go = torch.randn(1, 1, sizes.attn_n, sizes.attn_d, generator=gen, dtype=torch.float64).to(device)
@@ -157,7 +160,7 @@ def check_attention(sizes: Sizes, device: torch.device, budget: Budget, kernels=
     items = [(kernel, backend) for backend in ("flex", "flash", "tiled") for kernel in kernels]
     items += [("softmax", "sdpa")] if "softmax" in kernels else []
     items += [(kernel, "auto") for kernel in kernels]  # what a training run would get here
-    rows = []
+    rows = [] if rows is None else rows
     for kernel, backend in items:
         for kind, (q, k, v) in data.items():
             row = {"kernel": kernel, "backend": backend, "tokens": kind, "n": sizes.attn_n, "d": sizes.attn_d}
@@ -180,6 +183,7 @@ def check_attention(sizes: Sizes, device: torch.device, budget: Budget, kernels=
             except Exception as exc:  # one backend failing must not hide the others
                 row["error"] = _error(exc)
             rows.append(row)
+            on_row()
             print(f"  {kernel:<12} {backend:<6} {kind:<9} " + _short(row), flush=True)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -231,11 +235,13 @@ def _run_config(sizes: Sizes, device: torch.device, **changes) -> RunConfig:
     return RunConfig.from_dict({**base, **changes})
 
 
-def check_step(sizes: Sizes, device: torch.device, budget: Budget, kernels=KERNELS) -> list[dict]:
+def check_step(sizes: Sizes, device: torch.device, budget: Budget, kernels=KERNELS, rows: list | None = None,
+               on_row=lambda: None) -> list[dict]:
+    """Rows go into ``rows`` as they finish and ``on_row()`` runs after each, so a killed check keeps them."""
     from heavytail.science.metrics import energy_distance
     from heavytail.harness.train import build_benchmark, build_model, build_optimizer, draw_batch, float32_matmuls, training_step
 
-    rows = []
+    rows = [] if rows is None else rows
     for precision, tf32 in PRECISIONS:
         # softmax first at each precision: it is the baseline of the ratios
         for kernel in kernels:
@@ -265,6 +271,8 @@ def check_step(sizes: Sizes, device: torch.device, budget: Budget, kernels=KERNE
                         _sync(device)
                         (times if i >= sizes.step_warmup else row.setdefault("warmup_s", [])).append(time.perf_counter() - t0)
                         losses.append(loss)
+                        if times and budget.spent():  # one slow kernel must not eat the next parts' time
+                            break
                     row["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
                 row["ran_on"] = "+".join(dict.fromkeys(e["backend"] for e in record.values()))
                 row["s_per_step"] = statistics.median(times)
@@ -275,12 +283,19 @@ def check_step(sizes: Sizes, device: torch.device, budget: Budget, kernels=KERNE
             except Exception as exc:
                 row["error"] = _error(exc)
             rows.append(row)
+            step_ratios(rows)
+            on_row()
             print(f"  {precision:<7} tf32={str(tf32):<5} {kernel:<12} "
                   + (f"error: {row['error']}" if "error" in row else
                      f"{row['s_per_step']:.3f} s/step on {row['ran_on']}, warm-up {sum(row['warmup_s']):.1f} s"),
                   flush=True)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+    return step_ratios(rows)
+
+
+def step_ratios(rows: list[dict]) -> list[dict]:
+    """Each timed row's seconds per step over softmax-bf16's and over softmax's at the same precision."""
     base = next((r for r in rows if r["kernel"] == "softmax" and r["precision"] == "bf16" and "s_per_step" in r), None)
     for r in rows:
         same = next((b for b in rows if b["kernel"] == "softmax" and b["precision"] == r["precision"]
@@ -299,13 +314,14 @@ PROBE_VARIANTS = (
 )
 
 
-def check_probe(sizes: Sizes, device: torch.device, budget: Budget) -> list[dict]:
+def check_probe(sizes: Sizes, device: torch.device, budget: Budget, rows: list | None = None,
+                on_row=lambda: None) -> list[dict]:
     from heavytail.science.collapse import collapsed, spread_ratio
     from heavytail.science.metrics import energy_distance
     from heavytail.science.model import MeasureTransformer, ModelConfig
     from heavytail.harness.train import build_benchmark, build_optimizer, draw_batch, float32_matmuls, training_step
 
-    rows = []
+    rows = [] if rows is None else rows
     share = budget.seconds / len(PROBE_VARIANTS)
     for i, (label, variant) in enumerate(PROBE_VARIANTS):
         cfg = _run_config(sizes, device, n_points=sizes.probe_n, trials_per_step=sizes.probe_trials,
@@ -352,6 +368,7 @@ def check_probe(sizes: Sizes, device: torch.device, budget: Budget) -> list[dict
         except Exception as exc:
             row["error"] = _error(exc)
         rows.append(row)
+        on_row()
         final = row.get("final") or {}
         print(f"  {label}: " + (f"error: {row['error']}" if "error" in row else
               f"{row['steps_done']} steps, loss {final.get('loss', math.nan):.3g}, collapsed "
@@ -360,6 +377,74 @@ def check_probe(sizes: Sizes, device: torch.device, budget: Budget) -> list[dict
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return rows
+
+
+# ------------------------------------------------------------------------------------ record from a log
+_LOG_HEADER = re.compile(r"^(?P<device_name>.+), torch (?P<torch>\S+), commit (?P<commit>\S+)$")
+_LOG_ATTENTION = re.compile(r"^  (?P<kernel>\w+)\s+(?P<backend>\w+)\s+(?P<tokens>gaussian|pareto)\s+(?P<rest>.*)$")
+_LOG_ERRS = re.compile(r"(\w+)=(\S+)")
+_LOG_ENERGY = re.compile(r"^  energy distance value=(?P<value>\S+) grad=(?P<grad>\S+)$")
+_LOG_DONE = re.compile(r"^\((?P<part>[abc])\) done in (?P<s>\d+) s$")
+_LOG_STEP = re.compile(r"^  (?P<precision>\w+)\s+tf32=(?P<tf32>True|False)\s+(?P<kernel>\w+)\s+(?:(?P<s>[\d.]+) s/step "
+                       r"on (?P<ran_on>\S+), warm-up (?P<warm>[\d.]+) s|error: (?P<error>.*))$")
+_LOG_PROBE = re.compile(r"^  (?P<variant>.+): (?:(?P<steps>\d+) steps, loss (?P<loss>\S+), collapsed (?P<collapsed>\S+), "
+                        r"skipped (?P<skipped>\d+)|error: (?P<error>.*))$")
+
+
+def report_from_log(text: str, sizes: Sizes, date: str, incomplete_because: str) -> dict:
+    """The record of a check killed before it wrote one, read back from the lines it printed (the formats of
+    ``check_*``'s prints): every number is as printed, so at the printed precision; fields a print does not
+    carry (peak memory, max |S|, the probe's series) are absent."""
+    report = {"meta": {"date": date, "device": "cuda", "cuda": None, "command": "gpu_check.py (record read from its log)",
+                       "smoke": False, "complete": False, "incomplete_because": incomplete_because,
+                       "source": "log"},
+              "sizes": asdict(sizes), "parts": {}}
+    part = None
+    variants = {label: v for label, v in PROBE_VARIANTS}
+    for line in text.splitlines():
+        if m := _LOG_HEADER.match(line):
+            report["meta"].update(m.groupdict())
+            if cu := re.search(r"\+cu(\d+)(\d)$", m["torch"]):  # the CUDA build is in torch's version tag
+                report["meta"]["cuda"] = f"{cu[1]}.{cu[2]}"
+        elif line.startswith("(a) correctness"):
+            part = report["parts"]["correctness"] = {"attention": [], "energy": None, "wall_s": None}
+        elif line.startswith("(b) training step"):
+            part = report["parts"]["step"] = {"rows": [], "wall_s": None}
+        elif line.startswith("(c) collapse probe"):
+            part = report["parts"]["probe"] = {"rows": [], "wall_s": None}
+        elif m := _LOG_DONE.match(line):
+            part["wall_s"] = float(m["s"])
+        elif (m := _LOG_ENERGY.match(line)) and "attention" in (part or {}):
+            part["energy"] = {"n": sizes.energy_n, "batch": sizes.energy_batch, "d": 2, "tokens": "pareto(1.1) vs gaussian",
+                              "value_rel_err": float(m["value"]), "grad_rel_err": float(m["grad"])}
+        elif (m := _LOG_ATTENTION.match(line)) and "attention" in (part or {}):
+            row = {"kernel": m["kernel"], "backend": m["backend"], "tokens": m["tokens"], "n": sizes.attn_n, "d": sizes.attn_d}
+            rest = m["rest"]
+            if rest.startswith("error: "):
+                row["error"] = rest.removeprefix("error: ")
+            else:
+                row.update({f"{k}_rel_err": float(v) for k, v in _LOG_ERRS.findall(rest.split(" (on ")[0])})
+                row["ran_on"] = rest.split(" (on ")[1].rstrip(")")
+            part["attention"].append(row)
+        elif (m := _LOG_STEP.match(line)) and "rows" in (part or {}) and "probe" not in report["parts"]:
+            row = {"kernel": m["kernel"], "precision": m["precision"], "tf32": m["tf32"] == "True"}
+            if m["error"]:
+                row["error"] = m["error"]
+            else:
+                row.update(s_per_step=float(m["s"]), ran_on=m["ran_on"], warmup_s=[float(m["warm"])])
+            part["rows"].append(row)
+            step_ratios(part["rows"])
+        elif (m := _LOG_PROBE.match(line)) and m["variant"] in variants:
+            row = {"variant": m["variant"], **variants[m["variant"]], "n_points": sizes.probe_n,
+                   "trials_per_step": sizes.probe_trials, "steps_planned": sizes.probe_steps, "lr": sizes.probe_lr}
+            if m["error"]:
+                row["error"] = m["error"]
+            else:
+                row.update(steps_done=int(m["steps"]), skipped=int(m["skipped"]),
+                           final={"step": int(m["steps"]), "loss": float(m["loss"]),
+                                  "collapsed_fraction": float(m["collapsed"]), "skipped": int(m["skipped"])})
+            part["rows"].append(row)
+    return report
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -378,14 +463,21 @@ def _fmt(x, spec=".2e") -> str:
     return str(x)
 
 
+def _wall(part: dict) -> str:
+    return "did not finish" if part.get("wall_s") is None else f"{part['wall_s']:.0f} s"
+
+
 def markdown(report: dict) -> str:
     meta = report["meta"]
     lines = [f"# Device check, {meta['date']}", "",
              f"{meta['device_name']}, torch {meta['torch']} (CUDA {meta['cuda']}), commit {meta['commit']}, "
              f"`{meta['command']}`", ""]
+    if not meta.get("complete", True):
+        lines += [f"**Incomplete record**: {meta.get('incomplete_because') or 'the check stopped before its end'}. "
+                  "A part without a wall time did not finish; rows it did not reach are absent.", ""]
     parts = report["parts"]
     if "correctness" in parts:
-        lines += [f"## (a) Attention forward/backward against float64 ({parts['correctness']['wall_s']:.0f} s)", "",
+        lines += [f"## (a) Attention forward/backward against float64 ({_wall(parts['correctness'])})", "",
                   "Relative errors (Frobenius) of the float32 output and gradients; the negative row's scores all lie "
                   f"at or below {NEGATIVE_ROW_SCORE:g}.", "",
                   "| kernel | backend | ran on | tokens | max abs S | out | dq | dk | dv | negative row |",
@@ -395,18 +487,18 @@ def markdown(report: dict) -> str:
                 lines.append(f"| {r['kernel']} | {r['backend']} | - | {r['tokens']} | "
                              f"{_brief(r.get('error') or 'skipped (' + r['skipped'] + ')')} | | | | | |")
                 continue
-            lines.append(f"| {r['kernel']} | {r['backend']} | {r['ran_on']} | {r['tokens']} | {_fmt(r['max_abs_score'], '.1e')} | "
+            lines.append(f"| {r['kernel']} | {r['backend']} | {r['ran_on']} | {r['tokens']} | {_fmt(r.get('max_abs_score'), '.1e')} | "
                          + " | ".join(_fmt(r[k]) for k in ("out_rel_err", "dq_rel_err", "dk_rel_err", "dv_rel_err",
                                                             "negative_row_rel_err")) + " |")
-        e = parts["correctness"]["energy"]
+        e = parts["correctness"]["energy"] or {"error": "not reached", "batch": "-", "n": "-", "tokens": "-"}
         lines += ["", f"Energy distance (eq. 10), {e['batch']} sets x N = {e['n']}, {e['tokens']}: "
                   + (f"error {e['error']}" if "error" in e else
                      f"float32 value relative error {_fmt(e['value_rel_err'])}, gradient {_fmt(e['grad_rel_err'])} "
-                     f"(backend {e['backend']})"), ""]
+                     f"(backend {e.get('backend', '-')})"), ""]
     if "step" in parts:
         s = report["sizes"]
         lines += [f"## (b) Training step, {s['step_batch']} x {s['step_n']}, D = {s['d_model']}, {s['n_blocks']} blocks "
-                  f"({parts['step']['wall_s']:.0f} s)", "",
+                  f"({_wall(parts['step'])})", "",
                   "| precision | TF32 | kernel | attention | s/step | x softmax-bf16 | x softmax same precision | peak GiB |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in parts["step"]["rows"]:
@@ -415,11 +507,11 @@ def markdown(report: dict) -> str:
                              f"{_brief(r.get('error') or 'skipped (' + r.get('skipped', '?') + ')')} | | | | |")
                 continue
             lines.append(f"| {r['precision']} | {r['tf32']} | {r['kernel']} | {r['ran_on']} | {r['s_per_step']:.3f} | "
-                         f"{_fmt(r['x_softmax_bf16'], '.2f')} | {_fmt(r['x_softmax_same_precision'], '.2f')} | "
-                         f"{_fmt(r['peak_gib'], '.1f')} |")
+                         f"{_fmt(r.get('x_softmax_bf16'), '.2f')} | {_fmt(r.get('x_softmax_same_precision'), '.2f')} | "
+                         f"{_fmt(r.get('peak_gib'), '.1f')} |")
         lines.append("")
     if "probe" in parts:
-        lines += [f"## (c) Collapse probe ({parts['probe']['wall_s']:.0f} s)", "",
+        lines += [f"## (c) Collapse probe ({_wall(parts['probe'])})", "",
                   "| variant | steps | final loss | collapsed fraction | skipped | max weight (block 0 / last) | "
                   "entropy / log N (block 0 / last) |", "|---|---|---|---|---|---|---|"]
         for r in parts["probe"]["rows"]:
@@ -428,7 +520,7 @@ def markdown(report: dict) -> str:
                 lines.append(f"| {r['variant']} | error: {_brief(r['error'])} | | | | | |")
                 continue
             w, h = f.get("attn_max_weight"), f.get("attn_entropy_ratio")
-            lines.append(f"| {r['variant']} | {r['steps_done']} / {r['steps_planned']} | {_fmt(f.get('loss'), '.3g')} | "
+            lines.append(f"| {r['variant']} | {r['steps_done']} / {r.get('steps_planned', '-')} | {_fmt(f.get('loss'), '.3g')} | "
                          f"{_fmt(f.get('collapsed_fraction'), '.2f')} | {r['skipped']} | "
                          f"{f'{w[0]:.3f} / {w[-1]:.3f}' if w else '-'} | {f'{h[0]:.3f} / {h[-1]:.3f}' if h else '-'} |")
         lines.append("")
@@ -442,7 +534,24 @@ def main(argv=None) -> int:
                         choices=["correctness", "step", "probe"])
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for the JSON and markdown (default: benchmarks/results, or outputs/gpu-check-smoke)")
+    parser.add_argument("--from-log", type=Path, default=None, metavar="LOG",
+                        help="write the record of a GPU check killed before it wrote one, from the lines it printed")
+    parser.add_argument("--date", default=None, help="with --from-log: when the check ran (the log does not say)")
+    parser.add_argument("--because", default="the check was killed before it wrote its record",
+                        help="with --from-log: why the record is incomplete")
     args = parser.parse_args(argv)
+    if args.from_log is not None:
+        if not args.from_log.is_file() or args.date is None:
+            print(f"error: --from-log needs a readable log file (got {args.from_log}) and --date", file=sys.stderr)
+            return 2
+        report = report_from_log(args.from_log.read_text(), Sizes(), args.date, args.because)
+        out_dir = args.out or ROOT / "benchmarks" / "results"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        stem = f"gpu_check-{args.date.replace('-', '')}-{report['meta'].get('commit', 'unknown')[:7]}"
+        save_json(report, out_dir / f"{stem}.json")
+        (out_dir / f"{stem}.md").write_text(markdown(report) + "\n")
+        print(f"wrote {out_dir / stem}.json and .md from {args.from_log}")
+        return 0
     if args.smoke:
         sizes, device = SMOKE, torch.device("cpu")
     elif torch.cuda.is_available():
@@ -468,30 +577,43 @@ def main(argv=None) -> int:
         "sizes": asdict(sizes),
         "parts": {},
     }
+    stem = "gpu_check-" + ("smoke" if args.smoke else now.strftime("%Y%m%d-%H%M"))
+    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
     t_all = time.perf_counter()
+
+    def save(complete: bool = False) -> None:
+        # Written after every row: a check killed by its caller's time limit keeps what it measured,
+        # and meta.complete tells such a record from a finished one.
+        report["meta"].update(complete=complete, wall_s=time.perf_counter() - t_all)
+        save_json(report, json_path)
+        md_path.write_text(markdown(report) + "\n")
+
     print(f"{report['meta']['device_name']}, torch {torch.__version__}, commit {report['meta']['commit']}", flush=True)
     if "correctness" in args.parts:
         print("(a) correctness", flush=True)
         budget = Budget(sizes.budget_correctness)
-        attention_rows = check_attention(sizes, device, budget)
-        energy_row = check_energy(sizes, device)
-        report["parts"]["correctness"] = {"attention": attention_rows, "energy": energy_row, "wall_s": budget.elapsed()}
+        part = report["parts"]["correctness"] = {"attention": [], "energy": None, "wall_s": None}
+        check_attention(sizes, device, budget, rows=part["attention"], on_row=save)
+        part["energy"] = check_energy(sizes, device)
+        part["wall_s"] = budget.elapsed()
+        save()
         print(f"(a) done in {budget.elapsed():.0f} s", flush=True)
     if "step" in args.parts:
         print("(b) training step", flush=True)
         budget = Budget(sizes.budget_step)
-        report["parts"]["step"] = {"rows": check_step(sizes, device, budget), "wall_s": budget.elapsed()}
+        part = report["parts"]["step"] = {"rows": [], "wall_s": None}
+        check_step(sizes, device, budget, rows=part["rows"], on_row=save)
+        part["wall_s"] = budget.elapsed()
+        save()
         print(f"(b) done in {budget.elapsed():.0f} s", flush=True)
     if "probe" in args.parts:
         print("(c) collapse probe", flush=True)
         budget = Budget(sizes.budget_probe)
-        report["parts"]["probe"] = {"rows": check_probe(sizes, device, budget), "wall_s": budget.elapsed()}
+        part = report["parts"]["probe"] = {"rows": [], "wall_s": None}
+        check_probe(sizes, device, budget, rows=part["rows"], on_row=save)
+        part["wall_s"] = budget.elapsed()
         print(f"(c) done in {budget.elapsed():.0f} s", flush=True)
-    report["meta"]["wall_s"] = time.perf_counter() - t_all
-    stem = "gpu_check-" + ("smoke" if args.smoke else now.strftime("%Y%m%d-%H%M"))
-    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    save_json(report, json_path)
-    md_path.write_text(markdown(report) + "\n")
+    save(complete=True)
     print(markdown(report))
     print(f"wrote {json_path} and {md_path} ({report['meta']['wall_s']:.0f} s in all)")
     return 0

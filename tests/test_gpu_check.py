@@ -60,3 +60,23 @@ def test_gpu_check_smoke_runs_all_parts_and_records_provenance(tmp_path):
         assert len(final["attn_max_weight"]) == report["sizes"]["n_blocks"]
     markdown = (tmp_path / "gpu_check-smoke.md").read_text()
     assert "## (a)" in markdown and "## (b)" in markdown and "## (c)" in markdown
+    assert meta["complete"] is True and "Incomplete record" not in markdown
+
+    # A check killed before its end is recorded from what it printed: the same rows, at the printed precision.
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_check
+
+    lines = proc.stdout.split("(c) collapse probe")[0] + "(c) collapse probe\n"  # killed at the start of (c)
+    partial = gpu_check.report_from_log(lines, gpu_check.SMOKE, "2026-01-01", "killed")
+    assert partial["meta"]["complete"] is False and partial["meta"]["commit"] == meta["commit"]
+    got = {(r["kernel"], r["backend"], r["tokens"]): r for r in partial["parts"]["correctness"]["attention"]}
+    assert got.keys() == cells.keys()
+    for key, row in cells.items():
+        assert ("error" in row) == ("error" in got[key])
+        for name in ("out_rel_err", "dq_rel_err", "dv_rel_err", "negative_row_rel_err"):
+            if name in row:  # printed with two significant digits
+                assert abs(got[key][name] - row[name]) <= 0.051 * row[name] + 1e-300, (key, name)
+    assert [(r["kernel"], r["precision"], r["tf32"]) for r in partial["parts"]["step"]["rows"]] == [
+        (r["kernel"], r["precision"], r["tf32"]) for r in steps]
+    assert partial["parts"]["probe"] == {"rows": [], "wall_s": None}
+    assert "Incomplete record" in gpu_check.markdown(partial) and "(did not finish)" in gpu_check.markdown(partial)
