@@ -86,6 +86,8 @@ def test_the_static_claim_reads_the_joint_intervals_as_an_equivalence_test():
     miss = wide + [_static_row("softmax", 4.0, 0.25, 0.0, 0.12)]
     found = static(miss)
     assert found["verdict"] == C.NOT_REPRODUCED and "Outside +-0.1: softmax at a = 4" in found["evidence"]
+    # computed, not trained: no seeds, and the findings table says so rather than "0"
+    assert found["seeds"] is None and C.seeds_text(found) == "n/a" and C.seeds_text({"seeds": 20}) == "20"
 
 
 def _static_rate(true_offset, verdict, cells=63, sd=0.03, m=2000, seed=0):

@@ -35,7 +35,7 @@ from urllib.parse import quote, unquote
 from heavytail.harness.artifacts import CONCLUSION_FILE
 from heavytail.harness.provenance import code_state
 from heavytail.io import atomic_write_text, load_json
-from heavytail.studies.claims import VERDICTS, fmt, interval_text, scale_label  # the one list of verdict states
+from heavytail.studies.claims import VERDICTS, fmt, interval_text, scale_label, seeds_text  # the one list of verdict states
 from heavytail.studies.grid_folder import GRID_JSON
 
 CLAIMS_FILE = "claims.json"  # a list of claims a notebook checked; see :func:`heavytail.studies.ablation.summary.findings`
@@ -353,7 +353,7 @@ def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str,
         scale = _esc(scale_label(c.get("scale") or "") or "n/a")
         rows.append(
             f"<tr class=\"finding\"><td><span class=\"badge v-{verdict.replace(' ', '-')}\">{_esc(verdict)}</span></td>"
-            f"<td>{_esc(c.get('claim', ''))} {detail}</td><td>{_effect(c)}</td><td>{_esc(c.get('seeds', 0))}</td>"
+            f"<td>{_esc(c.get('claim', ''))} {detail}</td><td>{_effect(c)}</td><td>{_esc(seeds_text(c))}</td>"
             f"<td>{scale}<div class=\"note\">{_esc(_decided_on(c))}</div></td>"
             f"<td class=\"links\">{' · '.join(_links(out_dir, notebook, c))}</td></tr>")
     return (_headline(out_dir, claims)

@@ -135,7 +135,7 @@ def table_rows(groups: Sequence[ClaimGroup] = GROUPS, root: Path | None = None) 
             if g.in_table is not None and not g.in_table(c):
                 continue
             label = claims.scale_label(c.get("scale", ""))
-            rows.append((c["claim"], c["verdict"], effect_text(c), str(c.get("seeds", 0)),
+            rows.append((c["claim"], c["verdict"], effect_text(c), claims.seeds_text(c),
                          f"{label} · {g.name}" if label else g.name, _shown_in(c)))
     return rows
 

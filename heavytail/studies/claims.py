@@ -270,7 +270,7 @@ class Claim:
     estimate: float | None = None
     low: float | None = None
     high: float | None = None
-    seeds: int = 0
+    seeds: int | None = 0  # None: a computed claim (no trained runs, so no seeds)
     scale: str = ""
     evidence: str = ""
     needs: str = ""
@@ -282,6 +282,12 @@ class Claim:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def seeds_text(claim: Mapping[str, Any]) -> str:
+    """The seeds column of a claim record: its seed count, or "n/a" for a computed claim."""
+    seeds = claim.get("seeds", 0)
+    return "n/a" if seeds is None else str(seeds)
 
 
 def make_claim(id: str, claim: str, source: str, paper: str, decision: Decision, statistic: str, scale: str,

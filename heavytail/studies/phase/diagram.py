@@ -196,7 +196,7 @@ def _static_claim(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         f"(within +-{STATIC_MARGIN:g})", "App. A (beyond the paper)", "not tested in the paper", verdict,
         statistic=f"cells not outside +-{STATIC_MARGIN:g} (of {len(rows)})",
         estimate=float(len(rows) - len(miss)),
-        seeds=0, scale=f"{len(rows)} (kernel, a) cells, N to 2^{_log2_max(rows)}"
+        seeds=None, scale=f"{len(rows)} (kernel, a) cells, N to 2^{_log2_max(rows)}"
         + (f", {_reps_text(rows)} repetitions per a" if rows[0].get("reps") else ""),
         evidence=evidence.strip(), needs="more repetitions or larger N, so that every interval lies within "
         f"+-{STATIC_MARGIN:g} of its prediction" if verdict == C.UNDECIDED else "",
