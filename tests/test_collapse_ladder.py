@@ -177,3 +177,22 @@ def test_absorption_before_onset_reads_each_softmax_window_and_log_elus_runs():
                 logs.append(L.absorbed_share(r))
     assert expected and found["softmax"] == expected
     assert found["log_elu"] == max(x for x in logs if x is not None)
+
+
+def test_an_onset_window_is_centred_on_a_collapse_after_a_healthy_stretch_never_on_a_collapsed_start():
+    """Training opens a dense window at step 1 when the untrained model's batch collapses, and back-to-back windows
+    log as one stretch of consecutive steps; the summary centres only on a collapse after `stretch` healthy steps
+    (the condition training opens a window on), and shows it from that healthy stretch on."""
+    from heavytail.studies.run_summary import onset_window
+
+    def rows(steps, bad):
+        return [{"step": s, "loss": 1.0, "collapsed_fraction": 1.0 if s in bad else 0.0, "dense": True,
+                 "blocks": [{"attn_max_weight": 0.5}]} for s in steps]
+
+    assert onset_window(rows(range(1, 8), {1, 2, 3}), stretch=3) == {"onset": None}  # collapsed at the start only
+    merged = rows(range(1, 21), {1, 2, 12, 13, 15})  # 3-11 healthy: 12 opens a window; 14 alone is too short for 15
+    out = onset_window(merged, stretch=3)
+    assert out["center"] == 12 and out["step"] == list(range(9, 21))
+    later = rows(range(100, 106), {103, 104, 105})
+    out = onset_window(merged + later, stretch=3)  # without a lasting onset in the regular log: the last window
+    assert out["center"] == 103 and out["step"] == list(range(100, 106))

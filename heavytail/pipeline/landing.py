@@ -35,7 +35,7 @@ from urllib.parse import quote, unquote
 from heavytail.harness.artifacts import CONCLUSION_FILE
 from heavytail.harness.provenance import code_state
 from heavytail.io import atomic_write_text, load_json
-from heavytail.studies.claims import VERDICTS, fmt, interval_text, scale_label, seeds_text  # the one list of verdict states
+from heavytail.studies.claims import VERDICTS, fmt, interval_text, scale_label, seeds_text, statistic_text  # the one list of verdict states
 from heavytail.studies.grid_folder import GRID_JSON
 
 CLAIMS_FILE = "claims.json"  # a list of claims a notebook checked; see :func:`heavytail.studies.ablation.summary.findings`
@@ -319,8 +319,7 @@ def headline_figure(out_dir: Path, claims: Sequence[tuple[str, Mapping[str, Any]
 def _caption(c: Mapping[str, Any]) -> str:
     text = f"{c.get('claim', '')}: {c.get('verdict', '')}"
     if c.get("estimate") is not None and c.get("low") is not None:
-        text += (f", {c.get('statistic', '')} {fmt(c['estimate'])} (95 % interval {fmt(c['low'])}-"
-                 f"{fmt(c['high'])}, {c.get('seeds', 0)} seeds)")
+        text += f", {statistic_text(c)}"
     return f"{text}; decided on {_decided_on(c)}."
 
 

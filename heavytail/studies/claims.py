@@ -332,16 +332,17 @@ def fmt(x: float | None, digits: int = 3) -> str:
 
 
 def statistic_text(c: Claim | Mapping[str, Any]) -> str:
-    """'<statistic> <estimate> [low, high], n seeds' (or 'n/a')."""
+    """'<statistic> <estimate> (95 % interval [low, high]), n seeds' (or 'n/a'); a computed claim has no seeds."""
     d = c.to_dict() if isinstance(c, Claim) else c
     if d.get("estimate") is None:
         return "n/a"
     if d.get("low") is None:  # a count, not an estimate
         return f"{d['statistic']}: {fmt(d['estimate'])}"
+    seeds = "" if d.get("seeds") is None else f", {d['seeds']} seeds"
     if unbounded(d):
-        return f"{d['statistic']} {fmt(d['estimate'])} (no interval from one seed), {d['seeds']} seeds"
-    return (f"{d['statistic']} {fmt(d['estimate'])} (95 % interval {fmt(d['low'])}-{fmt(d['high'])}), "
-            f"{d['seeds']} seeds")
+        return f"{d['statistic']} {fmt(d['estimate'])} (no interval from one seed){seeds}"
+    # Brackets, not a dash: a dash between two signed numbers ("-0.9-1.9") misreads.
+    return f"{d['statistic']} {fmt(d['estimate'])} (95 % interval{interval_text(d)}){seeds}"
 
 
 def unbounded(d: Mapping[str, Any]) -> bool:

@@ -101,7 +101,7 @@ def run_summary(run: FinishedRun | str | Path) -> dict[str, Any]:
         "trace": trace,
         **({"stop": {k: summary[k] for k in ("stopped_at", "stop_reason")}} if "stop_reason" in summary else {}),
         **({"per_trial": trial_columns(records)} if records else {}),
-        **({"onset_window": onset_window(log)} if any(row.get("dense") for row in log) else {}),
+        **({"onset_window": onset_window(log, stretch=config.get("dense_log_window") or 1)} if any(row.get("dense") for row in log) else {}),
     }
 
 
@@ -137,34 +137,37 @@ def trial_records(run: Mapping[str, Any]) -> list[dict[str, Any]]:
             for d, f, a0, a1 in zip(cols["d"], cols["floor"], *cols[param])]
 
 
-def onset_window(log: Sequence[Mapping[str, Any]], keys: Sequence[str] = BLOCK_TRACE_KEYS + ONSET_BLOCK_KEYS
-                 ) -> dict[str, Any]:
+def onset_window(log: Sequence[Mapping[str, Any]], keys: Sequence[str] = BLOCK_TRACE_KEYS + ONSET_BLOCK_KEYS,
+                 stretch: int = 1) -> dict[str, Any]:
     """The steps around the run's collapse onset at full resolution: the dense window (RunConfig.dense_log_window)
     that holds :func:`heavytail.science.collapse.collapse_onset`, or the last one when the run has no lasting onset.
-    ``{"onset": step or None, "center": the window's first collapsed step, "step": [...], "loss": [...],
+    A window is centred on a collapsed batch that follows ``stretch`` healthy steps logged at every step (training
+    opens a window on exactly that, with ``stretch = dense_log_window``), and shows the steps from ``stretch``
+    before it to the next such collapse's healthy stretch or the end of the dense steps.
+    ``{"onset": step or None, "center": that collapsed step, "step": [...], "loss": [...],
     "collapsed_fraction": [...], "block<b>.<key>": [...]}``, every step of the window in order."""
     from heavytail.science.collapse import collapse_onset
 
     onset = collapse_onset([row for row in log if not row.get("dense")])
     rows = sorted((row for row in log if row.get("blocks")), key=lambda row: row["step"])
-    # Windows are maximal runs of consecutive steps; the centre of each is its first collapsed step.
-    windows, current = [], []
+    # Blocks are maximal runs of consecutive steps; back-to-back windows merge into one block.
+    blocks, current = [], []
     for row in rows:
         if current and row["step"] != current[-1]["step"] + 1:
-            windows.append(current)
+            blocks.append(current)
             current = []
         current.append(row)
     if current:
-        windows.append(current)
-    windows = [w for w in windows if len(w) > 1 and any(r.get("collapsed_fraction", 0) >= 0.5 for r in w)]
+        blocks.append(current)
+    windows = [w for block in blocks for w in _windows_of(block, max(1, stretch))]
     if not windows:
         return {"onset": onset}
-    # Without a lasting onset, the last window: the trained model's collapses, not the first steps' (a batch at
-    # step 1 can collapse before any healthy stretch exists)
+    # Without a lasting onset, the last window: the trained model's collapses, not the first steps'. A batch at
+    # step 1 can collapse before any healthy stretch exists; training logs it densely, but it is no onset.
     chosen = windows[-1]
     if onset is not None:
-        chosen = min(windows, key=lambda w: min(abs(r["step"] - onset) for r in w))
-    center = next(r["step"] for r in chosen if r.get("collapsed_fraction", 0) >= 0.5)
+        chosen = min(windows, key=lambda w: min(abs(r["step"] - onset) for r in w[1]))
+    center, chosen = chosen
     out: dict[str, Any] = {"onset": onset, "center": center, "step": [r["step"] for r in chosen]}
     for k in ("loss", "grad_norm", "collapsed_fraction"):
         out[k] = [_sig(r.get(k, math.nan)) for r in chosen]
@@ -172,6 +175,21 @@ def onset_window(log: Sequence[Mapping[str, Any]], keys: Sequence[str] = BLOCK_T
         for k in keys:
             out[f"block{b}.{k}"] = [_sig(r["blocks"][b].get(k, math.nan)) for r in chosen]
     return out
+
+
+def _windows_of(block: Sequence[Mapping[str, Any]], stretch: int) -> list[tuple[int, list[Mapping[str, Any]]]]:
+    """(centre step, rows) for each collapsed batch of ``block`` (consecutive steps) that follows ``stretch``
+    healthy ones; each window runs from ``stretch`` steps before its centre to the start of the next one."""
+    def bad(row):
+        return row.get("collapsed_fraction", 0) >= 0.5
+
+    starts, healthy = [], 0
+    for i, row in enumerate(block):
+        if bad(row) and healthy >= stretch:
+            starts.append(i)
+        healthy = 0 if bad(row) else healthy + 1
+    bounds = [i - stretch for i in starts] + [len(block)]
+    return [(block[i]["step"], list(block[bounds[j]:bounds[j + 1]])) for j, i in enumerate(starts)]
 
 
 def collect(grid_dir: str | Path) -> list[dict[str, Any]]:
