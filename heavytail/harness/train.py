@@ -27,7 +27,7 @@ import sys
 import time
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -46,6 +46,16 @@ _VALIDATION_STREAM = 3_000_017
 # A collapse after a healthy stretch opens a window of per-step logging; at most this many per run, so a run
 # whose batches collapse on and off all along keeps a log of bounded size.
 MAX_DENSE_WINDOWS = 8
+
+
+def collapse_after_healthy_stretch(recent: Sequence[Mapping[str, Any]], row: Mapping[str, Any], stretch: int) -> bool:
+    """Whether ``row``'s batch collapsed (``collapsed_fraction >= 0.5``, App. I) right after ``stretch`` healthy
+    steps, the rows in ``recent`` (oldest first): the onset a dense window is opened for. A collapse at the first
+    steps, before any healthy stretch, or one in a run collapsing on and off, is not an onset."""
+    def bad(r: Mapping[str, Any]) -> bool:
+        return r.get("collapsed_fraction", 0.0) >= 0.5
+
+    return bad(row) and len(recent) >= stretch and not any(bad(r) for r in list(recent)[-stretch:])
 
 
 # ------------------------------------------------------------------------------------- building
@@ -422,9 +432,8 @@ def train(
                 if stats:
                     row["blocks"] = stats
             if cfg.dense_log_window and row is not None:
-                onset = (row.get("collapsed_fraction", 0.0) >= 0.5 and dense_until < step
-                         and counters["dense_windows"] < MAX_DENSE_WINDOWS
-                         and not any(r.get("collapsed_fraction", 0.0) >= 0.5 for r in window))
+                onset = (dense_until < step and counters["dense_windows"] < MAX_DENSE_WINDOWS
+                         and collapse_after_healthy_stretch([r["row"] for r in window], row, window.maxlen))
                 if onset:  # the healthy steps before it, at full resolution, then every step for a window
                     for earlier in window:
                         if not earlier["logged"]:
