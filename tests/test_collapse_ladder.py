@@ -196,3 +196,23 @@ def test_an_onset_window_is_centred_on_a_collapse_after_a_healthy_stretch_never_
     later = rows(range(100, 106), {103, 104, 105})
     out = onset_window(merged + later, stretch=3)  # without a lasting onset in the regular log: the last window
     assert out["center"] == 103 and out["step"] == list(range(100, 106))
+
+
+def test_each_ring_of_the_rung_figure_circles_its_own_runs_dot():
+    import matplotlib.pyplot as plt
+
+    from heavytail.studies.collapse import ladder_plots
+
+    runs = ([_run(s, collapsed=s != 1, steps_share=0.2 * (s + 1)) for s in range(3)]
+            + [_run(s, kernel="log_elu", backend="auto", steps_share=0.0) for s in range(3)])
+    fig = ladder_plots.collapse_figure(runs)
+    try:
+        ax = fig.axes[0]
+        rings = [c for c in ax.collections if len(c.get_facecolors()) == 0]
+        dots = [c for c in ax.collections if len(c.get_facecolors())]
+        ringed = [tuple(p) for c in rings for p in c.get_offsets()]
+        dotted = {tuple(p) for c in dots for p in c.get_offsets()}
+        assert len(ringed) == 2 and all(p in dotted for p in ringed)
+        assert sorted(round(y, 3) for _, y in ringed) == [0.2, 0.6]  # seeds 0 and 2, not seed 1's 0.4
+    finally:
+        plt.close(fig)

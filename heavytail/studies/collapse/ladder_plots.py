@@ -44,14 +44,15 @@ def collapse_figure(runs: Sequence[Mapping]):
             rs = cs.get((rung, v), [])
             x = i + (j - (len(variants) - 1) / 2) * width
             ys = [collapsed_steps(r) for r in rs]
-            ax.scatter(np.full(len(ys), x) + np.linspace(-0.3, 0.3, len(ys)) * width, ys, s=18, color=_color(v),
-                       label=L.VARIANT_LABELS[v] if i == 0 else None, zorder=3)
-            hit = [(x, y) for r, y in zip(rs, ys) if r["collapse"]["label"] == "collapse"]
+            xs = np.full(len(ys), x) + np.linspace(-0.3, 0.3, len(ys)) * width
+            ax.scatter(xs, ys, s=18, color=_color(v), label=L.VARIANT_LABELS[v] if i == 0 else None, zorder=3)
+            hit = [(xr, y) for r, xr, y in zip(rs, xs, ys) if r["collapse"]["label"] == "collapse"]
             if hit:
                 ax.scatter(*zip(*hit), s=80, facecolors="none", edgecolors="k", lw=1, zorder=4)
             ax.text(x, -0.06, f"{len(rs)}", ha="center", va="top", fontsize=7, color="0.4",
                     transform=ax.get_xaxis_transform())
-    ax.set_xticks(range(len(rungs)), [f"{r}\n" for r in rungs])
+    ax.set_xticks(range(len(rungs)), rungs)
+    ax.tick_params(axis="x", length=0, pad=16)  # the rung names sit below the seed counts, never on them
     ax.set_ylabel("share of logged steps with a collapsed batch")
     ax.set_ylim(bottom=-0.02)
     ax.set_title("Collapse per rung (ring: run labelled collapsed; small numbers: seeds)", fontsize=10)
