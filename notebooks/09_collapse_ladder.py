@@ -92,6 +92,32 @@ if recipe is not None:
         f"{RunConfig().trials_per_step} trials per step, {RunConfig().steps} steps."))
 
 # %% [markdown]
+# ## Where in the task family
+#
+# A run is scored on evaluation trials that each draw a task from the family (omega_T ~ Pi_T, App. D.1: the shear
+# (j, k) of eq. 23 on the sheared swap), and the paper labels whole runs. The panels place each softmax trial at its
+# task and mark the collapsed ones. One question per run: does a straight line in the task plane separate the
+# collapsed trials from the healthy ones better than it separates the same labels shuffled? The statistic is the
+# best line's agreement; its p-value shuffles the labels (a permutation test, calibrated by construction and
+# checked under the null in `tests/test_collapse_by_task.py`). Runs shipped before the map kept each trial's
+# spread ratio cannot be placed.
+
+# %%
+by_task = {r["name"]: collapse.by_task.half_plane_test(*t) for r in runs if r["config"]["kernel"] == "softmax"
+           and (t := collapse.by_task.trials_of(r)) is not None}
+art.save_figure(collapse.ladder_plots.task_figure(runs, by_task), "collapse_by_task")
+unplaced = sum(r["config"]["kernel"] == "softmax" and r["name"] not in by_task for r in ladder.runs)
+if by_task:
+    first = next(iter(by_task.values()))
+    display(Markdown(
+        "**Collapse by task:** " + "; ".join(
+            f"{collapse.ladder.rung_of(r['config'])} seed {r['config']['seed']}: {t['collapsed']} of {t['n']} trials "
+            f"collapsed, the best line agrees with {t['agreement']:.0%} (p = {t['p']:.3g})"
+            for r in ladder.runs if (t := by_task.get(r["name"])))
+        + f". {first['permutations']} label shuffles per run"
+        + (f"; {unplaced} softmax run(s) shipped without per-trial spread ratios." if unplaced else ".")))
+
+# %% [markdown]
 # ## Precision or kernel
 #
 # The paper ran softmax's attention in bf16 (FlashAttention under autocast) and the slower kernels' in float32

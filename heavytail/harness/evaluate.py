@@ -147,6 +147,13 @@ def sampling_floor_pool(cfg: RunConfig, cache_dir: str | Path | None = None, qui
 
 
 # ---------------------------------------------------------------------------------- evaluate
+def evaluation_trials(cfg: RunConfig):
+    """The ``cfg.eval_trials`` task instances omega = (omega_T, omega_eta) that evaluation scores (App. D.1): the
+    first draw of the candidate stream, a function of the seed alone. Lets a reader place each trial's result
+    in task space for a run evaluated before its results recorded omega_T."""
+    return build_benchmark(cfg).sample_trials(cfg.eval_trials, generator=_generator(cfg.seed, _CANDIDATE_STREAM))
+
+
 def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = True) -> dict[str, Any]:
     """One pass of the candidate trials at ``cfg.eval_n_points``: per-trial energy distances d_i (eq. 10),
     each trial's own floor f_i (eq. 11 for that trial), spread ratios (the collapse criterion) and, with
@@ -156,7 +163,7 @@ def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = T
 
     bench = build_benchmark(cfg)
     gen = _generator(cfg.seed, _CANDIDATE_STREAM)
-    trials = bench.sample_trials(cfg.eval_trials, generator=gen)
+    trials = bench.sample_trials(cfg.eval_trials, generator=gen)  # = evaluation_trials(cfg), and gen moves on
     seeds = _stream_seeds(cfg.eval_trials, gen, 2)
     floor_seeds = _stream_seeds(cfg.eval_trials, _generator(cfg.seed, _TRIAL_FLOOR_STREAM), 1)[:, 0]
     d, floor, spread, hill_out, hill_y1, curve_out, curve_y1, band_out, band_y1 = ([] for _ in range(9))
@@ -236,6 +243,7 @@ def evaluate(
             "fraction": collapsed_fraction,
             "threshold": cfg.collapse_spread,
             "spread_ratio": spread_all.tolist(),
+            "omega_T": trials.omega_T.tolist(),  # each trial's task parameters (T, k), eq. 23 or 25
         },
         "energy": {"d": d_all.tolist(), "d_hat": d_hat.tolist()},
     }

@@ -47,6 +47,9 @@ class MapSpec:
     # Whether the runs keep their per-trial evaluation records (heavytail.studies.run_summary.trial_records): only
     # a map whose readers score trials does; the records would be most of every other map's size.
     per_trial: bool = False
+    # Whether the runs keep each evaluation trial's spread ratio and task parameters (run_summary.trial_collapse):
+    # only the collapse ladder's readers place collapsed trials in task space.
+    trial_collapse: bool = False
 
 
 # What the converged-gap notebook draws from a run's trace (its validation curve), with the training loss and the
@@ -70,7 +73,8 @@ MAPS = {
                              "every variant at its chosen lr to convergence (cap 3,000 steps), seeds 3-10",
                              _CONVERGED_TRACE),
     "ladder": MapSpec("collapse_ladder.json", "params/grid_collapse_ladder.yaml", "collapse ladder",
-                      "softmax and log-ELU from the CPU recipe to Table 3's model and precision, 6,000 steps"),
+                      "softmax and log-ELU from the CPU recipe to Table 3's model and precision, 6,000 steps",
+                      trial_collapse=True),
     # Its endpoint reads the per-trial records and no trace; 280 runs of 64 trials fit the size of a shipped map
     # (2 MiB) only without the traces.
     "phase-confirm": MapSpec("phase_confirm.json", "params/grid_phase_confirm.yaml", "confirmatory phase map",
@@ -303,6 +307,8 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
         runs = [with_trace_keys(r, MAPS[name].trace_keys) for r in runs]
     if name in MAPS and not MAPS[name].per_trial:
         runs = [without_per_trial(r) for r in runs]
+    if name in MAPS and not MAPS[name].trial_collapse:
+        runs = [{k: v for k, v in r.items() if k != "trial_collapse"} for r in runs]
     commits = check_shippable([p for r in runs for p in run_provenance(r)], allow_dirty=allow_dirty,
                               allow_mixed=allow_mixed)
     total = len(record["configurations"])

@@ -101,6 +101,7 @@ def run_summary(run: FinishedRun | str | Path) -> dict[str, Any]:
         "trace": trace,
         **({"stop": {k: summary[k] for k in ("stopped_at", "stop_reason")}} if "stop_reason" in summary else {}),
         **({"per_trial": trial_columns(records)} if records else {}),
+        **({"trial_collapse": tc} if (tc := trial_collapse(results)) else {}),
         **({"onset_window": onset_window(log, stretch=config.get("dense_log_window") or 1)} if any(row.get("dense") for row in log) else {}),
     }
 
@@ -135,6 +136,25 @@ def trial_records(run: Mapping[str, Any]) -> list[dict[str, Any]]:
     param = next(k for k in TRIAL_PARAMS if k in cols)
     return [{"n_points": cols["n_points"], "d": d, "floor": f, param: [a0, a1]}
             for d, f, a0, a1 in zip(cols["d"], cols["floor"], *cols[param])]
+
+
+def trial_collapse(results: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Per evaluation trial, its spread ratio (the collapse criterion, App. I) and its task parameters omega_T
+    (T, k) (eq. 23 or 25): where in the operator family a model collapses. Runs evaluated before results recorded
+    omega_T get it re-drawn by :func:`heavytail.harness.evaluate.evaluation_trials` (a function of the seed), and
+    say so. None without spread ratios."""
+    c = results.get("collapse") or {}
+    if not c.get("spread_ratio"):
+        return None
+    omega, source = c.get("omega_T"), "recorded at evaluation"
+    if omega is None:
+        from heavytail.harness.config import RunConfig
+        from heavytail.harness.evaluate import evaluation_trials
+
+        omega = evaluation_trials(RunConfig.from_dict(results["config"])).omega_T.tolist()
+        source = "re-drawn from the seed"
+    return {"spread_ratio": [_sig(x) for x in c["spread_ratio"]], "omega_T": [[_sig(v) for v in row] for row in omega],
+            "omega_T_source": source}
 
 
 def onset_window(log: Sequence[Mapping[str, Any]], keys: Sequence[str] = BLOCK_TRACE_KEYS + ONSET_BLOCK_KEYS,

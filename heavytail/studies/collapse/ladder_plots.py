@@ -61,6 +61,41 @@ def collapse_figure(runs: Sequence[Mapping]):
     return fig
 
 
+def task_figure(runs: Sequence[Mapping], tests: Mapping[str, Mapping] | None = None, limit: int = 8):
+    """Each softmax run's evaluation trials at their task parameters (omega_T[0], omega_T[1]), collapsed ones
+    marked: one panel per run that kept them (at most ``limit``), titled with its rung, seed and, from ``tests``
+    (by run name, :func:`heavytail.studies.collapse.by_task.half_plane_test`), the best line's agreement."""
+    from heavytail.science.operators import OMEGA_T_RANGES
+    from heavytail.studies.collapse.by_task import trials_of
+
+    cs = L.ladder_cells(runs)
+    shown = [(rung, r) for (rung, v), rs in sorted(cs.items()) if v[0] == "softmax" for r in rs
+             if trials_of(r) is not None][:limit]
+    cols = max(1, min(4, len(shown)))
+    rows = max(1, -(-len(shown) // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(2.9 * cols, 2.9 * rows + 0.4), constrained_layout=True,
+                             squeeze=False)
+    for ax, (rung, r) in zip(axes.flat, shown):
+        omega, flags = trials_of(r)
+        ax.scatter(omega[~flags, 0], omega[~flags, 1], s=12, color="0.6", label="healthy")
+        ax.scatter(omega[flags, 0], omega[flags, 1], s=22, marker="x", color=_color(L.variant(r)), label="collapsed")
+        names = [n for n, _, _ in OMEGA_T_RANGES[r["config"]["benchmark"]]]
+        ax.set_xlabel(names[0])
+        ax.set_ylabel(names[1])
+        t = (tests or {}).get(r["name"])
+        extra = f"\nbest line {t['agreement']:.0%} (p = {t['p']:.3g})" if t else ""
+        ax.set_title(f"{rung} {L.VARIANT_LABELS[L.variant(r)]}, seed {r['config']['seed']}: "
+                     f"{int(flags.sum())}/{flags.size}{extra}", fontsize=8)
+    for ax in list(axes.flat)[len(shown):]:
+        ax.axis("off")
+    if not shown:
+        axes.flat[0].text(0.5, 0.5, "no run kept its trials' task parameters", ha="center", va="center",
+                          transform=axes.flat[0].transAxes, color="0.5")
+    fig.suptitle("Softmax's collapsed evaluation trials (x) and healthy ones (dots) at their task parameters",
+                 fontsize=9)
+    return fig
+
+
 def _series(run: Mapping, key: str, block: int, source: str = "trace") -> tuple[list, list]:
     data = run.get(source) or {}
     name = key if key == "loss" else f"block{block}.{key}"
