@@ -66,11 +66,11 @@ art.save_figure(collapse.ladder_plots.collapse_figure(runs), "ladder_collapse")
 # %% [markdown]
 # ## The onset, watched
 #
-# Where a softmax run's batch collapses after a healthy stretch, the fifty steps before and after are logged at
-# every step: per block the largest attention weight, the share of rows whose largest weight is exactly 1 in the
+# Where a softmax run's batch collapses after a healthy stretch, the steps before and after it (the recipe's dense
+# window, printed below the figure) are logged at every step: per block the largest attention weight, the share of rows whose largest weight is exactly 1 in the
 # precision attention received (absorption: every other point's weight lost to rounding), the largest |S| of
 # eq. 1, the attention entropy over log N and the gradient norm of the block's W_Q and W_K. The panels align
-# each window on its first collapsed batch; dots are the same softmax run's regular log (every 25 steps) around its
+# each window on its first collapsed batch; dots are the same softmax run's regular log around its
 # window, so a precursor shows as a change from before the window to inside it, and log-ELU's run of the same seed
 # is drawn over the same steps. Block 0 is the one that sees the raw heavy-tailed tokens.
 
@@ -88,7 +88,9 @@ if recipe is not None:
     display(Markdown(
         f"Recipe of the shipped rungs: N = {recipe.n_points}, {recipe.trials_per_step} trial per step, "
         f"{recipe.steps} steps of a {recipe.horizon}-step schedule (warmup {recipe.warmup_steps}), lr {recipe.lr:g}, "
-        f"subnormals {'flushed' if recipe.flush_subnormals else 'kept'}; the paper: N = {RunConfig().n_points}, "
+        f"subnormals {'flushed' if recipe.flush_subnormals else 'kept'}; logged every {recipe.log_every} steps, and "
+        f"every step for {recipe.dense_log_window} steps before and after a collapse that follows as many healthy "
+        f"ones; the paper: N = {RunConfig().n_points}, "
         f"{RunConfig().trials_per_step} trials per step, {RunConfig().steps} steps."))
 
 # %% [markdown]
