@@ -216,3 +216,20 @@ def test_each_ring_of_the_rung_figure_circles_its_own_runs_dot():
         assert sorted(round(y, 3) for _, y in ringed) == [0.2, 0.6]  # seeds 0 and 2, not seed 1's 0.4
     finally:
         plt.close(fig)
+
+
+def test_the_ladder_map_keeps_block_0s_series_and_drops_the_other_blocks():
+    """The map keeps what the figures read (block 0, which sees the raw tokens) and every other series."""
+    from heavytail.studies import reference_maps as R
+
+    run = {"name": "r", "trace": {"step": [1], "loss": [2.0], "block0.attn_absorbed": [0.5], "block1.attn_absorbed": [0.1],
+                                  "block12.max_abs_score": [3.0], "val_log_energy": [1.0]},
+           "onset_window": {"center": 5, "step": [5], "block0.qk_grad_norm": [1.0], "block5.qk_grad_norm": [2.0]},
+           "blocks": [{"max_abs_score": 1.0}, {"max_abs_score": 2.0}]}
+    kept = R.with_blocks(run, 1)
+    assert set(kept["trace"]) == {"step", "loss", "block0.attn_absorbed", "val_log_energy"}
+    assert set(kept["onset_window"]) == {"center", "step", "block0.qk_grad_norm"}
+    assert kept["blocks"] == run["blocks"] and set(run["trace"]) >= set(kept["trace"])  # the summary per block stays
+    assert R.MAPS["ladder"].blocks == 1
+    shipped = R.load("ladder")["runs"]
+    assert all(not k.startswith("block1.") for r in shipped for k in r["trace"])

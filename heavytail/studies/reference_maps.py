@@ -50,6 +50,9 @@ class MapSpec:
     # Whether the runs keep each evaluation trial's spread ratio and task parameters (run_summary.trial_collapse):
     # only the collapse ladder's readers place collapsed trials in task space.
     trial_collapse: bool = False
+    # The per-block series (trace and onset window) kept for blocks 0..blocks-1 only (None: every block). The
+    # collapse figures read block 0, the one that sees the raw heavy-tailed tokens; the run folders keep the rest.
+    blocks: int | None = None
 
 
 # What the converged-gap notebook draws from a run's trace (its validation curve), with the training loss and the
@@ -74,7 +77,7 @@ MAPS = {
                              _CONVERGED_TRACE),
     "ladder": MapSpec("collapse_ladder.json", "params/grid_collapse_ladder.yaml", "collapse ladder",
                       "softmax and log-ELU from the CPU recipe to Table 3's model and precision, 6,000 steps",
-                      trial_collapse=True),
+                      trial_collapse=True, blocks=1),
     # Its endpoint reads the per-trial records and no trace; 280 runs of 64 trials fit the size of a shipped map
     # (2 MiB) only without the traces.
     "phase-confirm": MapSpec("phase_confirm.json", "params/grid_phase_confirm.yaml", "confirmatory phase map",
@@ -269,6 +272,16 @@ def with_trace_keys(run: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
     return {**run, "trace": {k: v for k, v in trace.items() if k in keys}} if set(trace) - set(keys) else run
 
 
+def with_blocks(run: dict[str, Any], blocks: int) -> dict[str, Any]:
+    """``run`` with the per-block series of its trace and onset window ("block<b>.<key>") for b < ``blocks`` only."""
+    def keep(series: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in series.items()
+                if not (k.startswith("block") and "." in k and k[5:k.index(".")].isdigit()
+                        and int(k[5:k.index(".")]) >= blocks)}
+
+    return {**run, **{part: keep(run[part]) for part in ("trace", "onset_window") if isinstance(run.get(part), dict)}}
+
+
 def map_of_grid(grid_file: str | Path) -> str | None:
     """The name of the map whose grid file is ``grid_file`` (matched by file name), or None."""
     return next((name for name, spec in MAPS.items() if Path(spec.grid).name == Path(grid_file).name), None)
@@ -307,6 +320,8 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
         runs = [with_trace_keys(r, MAPS[name].trace_keys) for r in runs]
     if name in MAPS and not MAPS[name].per_trial:
         runs = [without_per_trial(r) for r in runs]
+    if name in MAPS and MAPS[name].blocks is not None:
+        runs = [with_blocks(r, MAPS[name].blocks) for r in runs]
     if name in MAPS and not MAPS[name].trial_collapse:
         runs = [{k: v for k, v in r.items() if k != "trial_collapse"} for r in runs]
     commits = check_shippable([p for r in runs for p in run_provenance(r)], allow_dirty=allow_dirty,
