@@ -147,11 +147,18 @@ def sampling_floor_pool(cfg: RunConfig, cache_dir: str | Path | None = None, qui
 
 
 # ---------------------------------------------------------------------------------- evaluate
+def _candidate_draw(cfg: RunConfig):
+    """(benchmark, trials, generator): the ``cfg.eval_trials`` task instances omega = (omega_T, omega_eta) that
+    evaluation scores (App. D.1), the first draw of the candidate stream, and that stream for the ensembles."""
+    bench = build_benchmark(cfg)
+    gen = _generator(cfg.seed, _CANDIDATE_STREAM)
+    return bench, bench.sample_trials(cfg.eval_trials, generator=gen), gen
+
+
 def evaluation_trials(cfg: RunConfig):
-    """The ``cfg.eval_trials`` task instances omega = (omega_T, omega_eta) that evaluation scores (App. D.1): the
-    first draw of the candidate stream, a function of the seed alone. Lets a reader place each trial's result
+    """The task instances evaluation scores, a function of the seed alone: lets a reader place each trial's result
     in task space for a run evaluated before its results recorded omega_T."""
-    return build_benchmark(cfg).sample_trials(cfg.eval_trials, generator=_generator(cfg.seed, _CANDIDATE_STREAM))
+    return _candidate_draw(cfg)[1]
 
 
 def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = True) -> dict[str, Any]:
@@ -161,9 +168,7 @@ def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = T
     from heavytail.science.attention import recording_backends
     from heavytail.science.metrics import energy_distance
 
-    bench = build_benchmark(cfg)
-    gen = _generator(cfg.seed, _CANDIDATE_STREAM)
-    trials = bench.sample_trials(cfg.eval_trials, generator=gen)  # = evaluation_trials(cfg), and gen moves on
+    bench, trials, gen = _candidate_draw(cfg)
     seeds = _stream_seeds(cfg.eval_trials, gen, 2)
     floor_seeds = _stream_seeds(cfg.eval_trials, _generator(cfg.seed, _TRIAL_FLOOR_STREAM), 1)[:, 0]
     d, floor, spread, hill_out, hill_y1, curve_out, curve_y1, band_out, band_y1 = ([] for _ in range(9))

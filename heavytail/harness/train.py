@@ -34,7 +34,7 @@ import torch
 from tqdm import tqdm  # plain bars: tqdm.auto needs ipywidgets in a notebook and warns in red without them
 
 from heavytail import cli
-from heavytail.science.collapse import collapsed, spread_ratio
+from heavytail.science.collapse import batch_collapsed, collapsed, spread_ratio
 from heavytail.harness.config import RunConfig
 from heavytail.io import COMPLETE, atomic_torch_save, atomic_write_text, dumps_json, is_complete, read_jsonl, save_json
 from heavytail.harness.rundir import RunDir, config_differences
@@ -52,10 +52,8 @@ def collapse_after_healthy_stretch(recent: Sequence[Mapping[str, Any]], row: Map
     """Whether ``row``'s batch collapsed (``collapsed_fraction >= 0.5``, App. I) right after ``stretch`` healthy
     steps, the rows in ``recent`` (oldest first): the onset a dense window is opened for. A collapse at the first
     steps, before any healthy stretch, or one in a run collapsing on and off, is not an onset."""
-    def bad(r: Mapping[str, Any]) -> bool:
-        return r.get("collapsed_fraction", 0.0) >= 0.5
-
-    return bad(row) and len(recent) >= stretch and not any(bad(r) for r in list(recent)[-stretch:])
+    return (batch_collapsed(row) and len(recent) >= stretch
+            and not any(batch_collapsed(r) for r in list(recent)[-stretch:]))
 
 
 # ------------------------------------------------------------------------------------- building

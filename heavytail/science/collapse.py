@@ -42,6 +42,12 @@ def run_label(fraction_collapsed: float, majority: float = 0.5) -> str:
     return "collapse" if fraction_collapsed >= majority else "ok"
 
 
+def batch_collapsed(row: dict, majority: float = 0.5) -> bool:
+    """Whether a training-log row's batch collapsed (``collapsed_fraction >= majority``); a row without one (its
+    outputs were not finite) is not a collapse."""
+    return row.get("collapsed_fraction", 0.0) >= majority
+
+
 def collapse_onset(log: list[dict], majority: float = 0.5) -> int | None:
     """First logged step from which the batch stays collapsed (``collapsed_fraction >= majority``
     at that and every later logged step); None when the run ends healthy. Figure 13 reads the onset

@@ -200,14 +200,13 @@ def onset_window(log: Sequence[Mapping[str, Any]], keys: Sequence[str] = BLOCK_T
 def _windows_of(block: Sequence[Mapping[str, Any]], stretch: int) -> list[tuple[int, list[Mapping[str, Any]]]]:
     """(centre step, rows) for each collapsed batch of ``block`` (consecutive steps) that follows ``stretch``
     healthy ones; each window runs from ``stretch`` steps before its centre to the start of the next one."""
-    def bad(row):
-        return row.get("collapsed_fraction", 0) >= 0.5
+    from heavytail.science.collapse import batch_collapsed
 
     starts, healthy = [], 0
     for i, row in enumerate(block):
-        if bad(row) and healthy >= stretch:
+        if batch_collapsed(row) and healthy >= stretch:
             starts.append(i)
-        healthy = 0 if bad(row) else healthy + 1
+        healthy = 0 if batch_collapsed(row) else healthy + 1
     bounds = [i - stretch for i in starts] + [len(block)]
     return [(block[i]["step"], list(block[bounds[j]:bounds[j + 1]])) for j, i in enumerate(starts)]
 
