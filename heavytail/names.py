@@ -166,6 +166,7 @@ SOFTMAX_SDPA = ("softmax", "sdpa")  # softmax through SDPA (FlashAttention on CU
 SOFTMAX_EXACT = ("softmax", "tiled")  # softmax through exact float32 attention (tiled, checkpointed)
 SOFTMAX_F32 = ("softmax", "flash")  # softmax's attention in float32 under bf16 autocast (the hand-written path)
 LOG_ELU = ("log_elu", "auto")  # the slowest-growing kernel of Table 1
+SQUARED_ELU = ("squared_elu", "auto")  # Table 1's polynomial kernel of degree 2 (eq. 3 with q = 2)
 
 
 def variant_of(kernel: str, path: str = "auto") -> tuple[str, str]:

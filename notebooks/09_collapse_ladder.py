@@ -53,7 +53,9 @@ for rung in collapse.ladder.RUNGS:
 #
 # Per rung: does softmax collapse in most runs while log-ELU does not (the paper's claim, Clopper-Pearson
 # intervals about 1/2), and, graded, do softmax's training batches and evaluation trials collapse more often
-# than log-ELU's on the same seeds (sign-flip test)? A rung with fewer than six seeds per kernel is undecided.
+# than log-ELU's on the same seeds (sign-flip test)? A rung with fewer than six seeds per kernel is undecided. On
+# the rung that decides, the same three rules compare softmax with squared ELU, the other slow kernel of Tables 5-6
+# (claims ending "-squared-R2"; rule 6, added before any of its runs).
 
 # %%
 found = [claims.decided_on([f], long_grid.label if f["id"].endswith("-R1") else ladder.label)[0]

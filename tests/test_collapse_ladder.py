@@ -69,6 +69,36 @@ def test_none_collapsing_at_six_seeds_is_not_reproduced_and_at_five_undecided():
         assert found["collapse-steps-R2"]["verdict"] != C.NOT_REPRODUCED or n >= L.MIN_SEEDS
 
 
+def test_squared_elu_gets_rules_1_to_3_where_it_ran_and_leaves_log_elus_claims_as_they_were():
+    runs = [_run(s, collapsed=True, steps_share=0.4) for s in range(6)]
+    runs += [_run(s, kernel="log_elu", backend="auto") for s in range(6)]
+    alone = {f["id"]: f for f in L.findings(runs)}
+    assert not any("squared" in i for i in alone)  # no squared ELU run: no rule-6 claim
+    # squared ELU collapsing in half its runs: the paper's claim for it cannot read reproduced
+    sq = [_run(s, kernel="squared_elu", backend="auto", collapsed=s % 2 == 0, steps_share=0.2 * (s % 2 == 0))
+          for s in range(6)]
+    found = {f["id"]: f for f in L.findings(runs + sq)}
+    for cid in ("paper-collapse-R2", "collapse-steps-R2", "collapse-trials-R2"):
+        assert found[cid] == alone[cid]
+    assert found["paper-collapse-squared-R2"]["verdict"] == C.UNDECIDED
+    assert "3 of 6 squared ELU runs" in found["paper-collapse-squared-R2"]["evidence"]
+    assert "squared ELU's share" in found["paper-collapse-squared-R2"]["needs"]
+    assert found["collapse-steps-squared-R2"]["verdict"] == C.REPRODUCED  # +0.4 or +0.2 on every seed
+    sq = [_run(s, kernel="squared_elu", backend="auto") for s in range(6)]
+    found = {f["id"]: f for f in L.findings(runs + sq)}
+    assert found["paper-collapse-squared-R2"]["verdict"] == C.REPRODUCED
+    assert L.in_table(found["paper-collapse-squared-R2"]) and not L.in_table(found["collapse-trials-squared-R2"])
+
+
+def test_the_grid_runs_squared_elu_on_the_deciding_rung_only():
+    from heavytail.pipeline.grid_file import GridSpec
+
+    configs = GridSpec.from_yaml("params/grid_collapse_ladder.yaml").configs
+    rungs = {L.rung_of(c.to_dict()) for c in configs if L.variant(c.to_dict()) == L.SQUARED_ELU}
+    assert rungs == {"R2"}
+    assert sorted(c.seed for c in configs if L.variant(c.to_dict()) == L.SQUARED_ELU) == list(range(L.MIN_SEEDS))
+
+
 def test_precision_claim_appears_where_both_softmax_paths_ran():
     runs = [_run(s, precision="bf16", steps_share=0.2) for s in range(6)]
     runs += [_run(s, precision="bf16", backend="flash") for s in range(6)]

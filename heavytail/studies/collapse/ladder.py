@@ -23,6 +23,11 @@ seed the replicate, ``heavytail.studies.claims``):
 5. *The onset step*: per collapsed softmax run, :func:`heavytail.science.collapse.collapse_onset` (the first
    logged step from which every logged batch is collapsed), reported with each claim 1, against the paper's
    ~3,500 (~4,500 with symlog); descriptive, no verdict.
+6. *The other slow kernel* (``paper-collapse-squared-<rung>``, ``collapse-steps-squared-<rung>``,
+   ``collapse-trials-squared-<rung>``): rules 1-3 with squared ELU in log-ELU's place (Tables 5-6 list it with
+   the kernels that did not collapse), on the rung that decides only. Written after the screen had shown
+   collapse at R2 (softmax 4 of 4 runs labelled collapsed, log-ELU 0 of 4, seeds 0-3) and before any squared
+   ELU run; its runs are R2's grid cell ``squared_elu``, seeds 0-5, from the ladder's commit.
 
 The sequential plan, also fixed before the runs: the grid's outer axis is the seed, so every rung is screened
 on seeds 0-1 before any rung gets seed 2; the grid then continues seed by seed over every rung, and a later
@@ -36,7 +41,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_F32, SOFTMAX_SDPA
+from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_F32, SOFTMAX_SDPA, SQUARED_ELU
 from heavytail.studies import claims as C
 from heavytail.studies.kernel_gap.gap import collapsed_steps, map_extent, variant  # noqa: F401  (variant: re-exported)
 from heavytail.studies.paper_numbers import PAPER_ONSET
@@ -48,7 +53,10 @@ MIN_SEEDS = 6
 # The variants (heavytail.names): SOFTMAX_F32 is R3's softmax attention in float32 under bf16 autocast,
 # SOFTMAX_EXACT R1's exact float32 softmax (the 3,000-step grid).
 VARIANT_LABELS = {SOFTMAX_SDPA: "softmax (SDPA)", SOFTMAX_F32: "softmax (float32 attention)",
-                  SOFTMAX_EXACT: "softmax (exact float32)", LOG_ELU: "log-ELU"}
+                  SOFTMAX_EXACT: "softmax (exact float32)", LOG_ELU: "log-ELU", SQUARED_ELU: "squared ELU"}
+# The slower kernels softmax is compared with, in rule order: log-ELU on every rung (rules 1-3), squared ELU
+# where it ran (rule 6); the claim-id suffix names the partner.
+PARTNERS = ((LOG_ELU, ""), (SQUARED_ELU, "-squared"))
 
 
 @dataclass(frozen=True)
@@ -119,19 +127,21 @@ def onsets(runs: Sequence[Mapping[str, Any]]) -> dict[int, int | None]:
     return {r["config"]["seed"]: r["collapse"].get("onset") for r in runs}
 
 
-def paper_collapse(soft: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]]) -> C.Decision:
-    """Rule 1: most softmax runs collapse and most log-ELU runs do not (Clopper-Pearson intervals about 1/2)."""
+def paper_collapse(soft: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]],
+                   other_label: str = "log-ELU") -> C.Decision:
+    """Rule 1 (rule 6 with squared ELU as ``other``): most softmax runs collapse and most of ``other``'s runs do
+    not (Clopper-Pearson intervals about 1/2)."""
     s = C.rate_rule(sum(map(_labelled, soft)), len(soft), min_seeds=MIN_SEEDS)
     o = C.rate_rule(sum(map(_labelled, other)), len(other), min_seeds=MIN_SEEDS)
     if s.verdict == C.NOT_RUN:
         return s
     if s.verdict == C.REPRODUCED and o.verdict == C.NOT_REPRODUCED:
-        return C.Decision(C.REPRODUCED, s.estimate, "most softmax runs collapsed and most log-ELU runs did not")
+        return C.Decision(C.REPRODUCED, s.estimate, f"most softmax runs collapsed and most {other_label} runs did not")
     if s.verdict == C.NOT_REPRODUCED:
         return C.Decision(C.NOT_REPRODUCED, s.estimate, "the interval excludes most softmax runs collapsing")
     if s.verdict == C.REPRODUCED:
-        return C.Decision(C.UNDECIDED, s.estimate, "most softmax runs collapsed, but log-ELU's share of collapsed "
-                                                   f"runs is not shown below 1/2 ({o.reason or o.verdict})")
+        return C.Decision(C.UNDECIDED, s.estimate, f"most softmax runs collapsed, but {other_label}'s share of "
+                                                   f"collapsed runs is not shown below 1/2 ({o.reason or o.verdict})")
     return C.Decision(C.UNDECIDED, s.estimate, s.reason)
 
 
@@ -153,35 +163,40 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     cs = ladder_cells(runs)
     out = []
     for rung in RUNGS:
-        soft, other = cs.get((rung.name, SOFTMAX_SDPA), []), cs.get((rung.name, LOG_ELU), [])
-        if not soft and not other:
+        soft = cs.get((rung.name, SOFTMAX_SDPA), [])
+        if not soft and not cs.get((rung.name, LOG_ELU)):
             continue
-        where = map_extent([*soft, *other]) + f"; rung {rung.name}: {rung.about}"
         symlog = bool(soft and soft[0]["config"]["symlog"])
         times = onsets(soft)
         onset_text = ", ".join(f"seed {s}: {'step ' + str(t) if t is not None else 'none'}" for s, t in times.items())
-        d = paper_collapse(soft, other)
-        out.append(C.make_claim(
-            f"paper-collapse-{rung.name}",
-            f"Softmax (SDPA) runs collapse and log-ELU's do not at rung {rung.name}",
-            "Tables 5-6, App. I", f"softmax collapsed, log-ELU did not; the loss diverged at step "
-            f"~{PAPER_ONSET[symlog]:,} of 50,000", d, "share of softmax runs labelled collapsed", where,
-            f"{sum(map(_labelled, soft))} of {len(soft)} softmax runs and {sum(map(_labelled, other))} of "
-            f"{len(other)} log-ELU runs labelled collapsed; collapse onset per softmax seed: {onset_text or 'n/a'}",
-            _decided_by("The ladder's verdicts", ["ladder_collapse"])).to_dict())
-        for cid, what, value, fig in (
-                ("collapse-steps", "share of logged steps with a collapsed batch", collapsed_steps,
-                 "onset_aligned"),
-                ("collapse-trials", "share of evaluation trials collapsed", _trials, "ladder_collapse")):
-            diffs = _paired(soft, other, value)
-            d = C.graded_rule(list(diffs.values()), min_seeds=MIN_SEEDS) if diffs else C.Decision(
-                C.NOT_RUN, None, "no seed has both kernels")
+        for partner, suffix in PARTNERS:
+            other = cs.get((rung.name, partner), [])
+            if suffix and not other:
+                continue  # squared ELU runs on the deciding rung only (rule 6)
+            name = VARIANT_LABELS[partner]
+            where = map_extent([*soft, *other]) + f"; rung {rung.name}: {rung.about}"
+            d = paper_collapse(soft, other, name)
             out.append(C.make_claim(
-                f"{cid}-{rung.name}", f"Softmax's {what} exceeds log-ELU's at rung {rung.name}",
-                "Sec. 4.2, App. I", "softmax collapsed, log-ELU did not (Tables 5-6)", d,
-                f"softmax - log-ELU {what}", where,
-                "per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in diffs.items()),
-                _decided_by("The ladder's verdicts", [fig])).to_dict())
+                f"paper-collapse{suffix}-{rung.name}",
+                f"Softmax (SDPA) runs collapse and {name}'s do not at rung {rung.name}",
+                "Tables 5-6, App. I", f"softmax collapsed, {name} did not; the loss diverged at step "
+                f"~{PAPER_ONSET[symlog]:,} of 50,000", d, "share of softmax runs labelled collapsed", where,
+                f"{sum(map(_labelled, soft))} of {len(soft)} softmax runs and {sum(map(_labelled, other))} of "
+                f"{len(other)} {name} runs labelled collapsed; collapse onset per softmax seed: {onset_text or 'n/a'}",
+                _decided_by("The ladder's verdicts", ["ladder_collapse"])).to_dict())
+            for cid, what, value, fig in (
+                    ("collapse-steps", "share of logged steps with a collapsed batch", collapsed_steps,
+                     "onset_aligned"),
+                    ("collapse-trials", "share of evaluation trials collapsed", _trials, "ladder_collapse")):
+                diffs = _paired(soft, other, value)
+                d = C.graded_rule(list(diffs.values()), min_seeds=MIN_SEEDS) if diffs else C.Decision(
+                    C.NOT_RUN, None, "no seed has both kernels")
+                out.append(C.make_claim(
+                    f"{cid}{suffix}-{rung.name}", f"Softmax's {what} exceeds {name}'s at rung {rung.name}",
+                    "Sec. 4.2, App. I", f"softmax collapsed, {name} did not (Tables 5-6)", d,
+                    f"softmax - {name} {what}", where,
+                    "per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in diffs.items()),
+                    _decided_by("The ladder's verdicts", [fig])).to_dict())
         f32 = cs.get((rung.name, SOFTMAX_F32), [])
         if f32 and soft:
             diffs = _paired(soft, f32, collapsed_steps)

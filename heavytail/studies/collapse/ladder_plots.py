@@ -24,7 +24,7 @@ ONSET_PANELS = (
     ("qk_grad_norm", "|grad W_Q, W_K|", True),
 )
 VARIANT_COLORS = {L.SOFTMAX_SDPA: KERNEL_COLORS["softmax"], L.SOFTMAX_F32: "tab:orange", L.SOFTMAX_EXACT: "tab:brown",
-                  L.LOG_ELU: KERNEL_COLORS["log_elu"]}
+                  L.LOG_ELU: KERNEL_COLORS["log_elu"], L.SQUARED_ELU: KERNEL_COLORS["squared_elu"]}
 
 
 def _color(v) -> str:
