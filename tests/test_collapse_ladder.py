@@ -183,6 +183,25 @@ def test_the_onset_figure_draws_each_softmax_runs_regular_log_around_its_window(
         plt.close(fig)
 
 
+def test_the_onset_figures_legend_names_only_the_variants_it_draws():
+    """Notebook 09 passes R1's runs too (exact float32 softmax among them); they have no window, so the legend of
+    the aligned figure must not name them."""
+    import matplotlib.pyplot as plt
+
+    from heavytail.studies import reference_maps
+    from heavytail.studies.collapse import ladder_plots
+
+    runs = list(reference_maps.load("ladder")["runs"]) + [
+        r for r in reference_maps.load("gap-long")["runs"] if L.rung_of(r["config"]) == "R1"]
+    assert any(L.variant(r) == L.SOFTMAX_EXACT for r in runs)
+    fig = ladder_plots.onset_figure(runs)
+    try:
+        names = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
+        assert names == {L.VARIANT_LABELS[L.SOFTMAX_SDPA], L.VARIANT_LABELS[L.LOG_ELU]}
+    finally:
+        plt.close(fig)
+
+
 def test_absorbed_share_counts_logged_steps_with_most_rows_absorbed_before_a_step():
     run = {"trace": {"step": [0, 25, 50, 75, 100], "block0.attn_absorbed": [0.0, 1.0, 0.75, None, 0.5],
                      "block1.attn_absorbed": [0.0] * 5}}

@@ -113,11 +113,14 @@ def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = Non
     windows = [(rung, r) for (rung, v), rs in cs.items() if v[0] == "softmax" for r in rs
                if (r.get("onset_window") or {}).get("center") is not None]
     fig, axes = plt.subplots(2, 3, figsize=(11, 5.6), constrained_layout=True)
+    drawn = {v for _, v in cs}  # the variants the legend names: those drawn, not every variant of the map
     if windows:
+        drawn = {L.variant(r) for _, r in windows}
         for rung, r in windows:
             centre = r["onset_window"]["center"]
             width = span or (len(r["onset_window"]["step"]) or 100)
             partner = {x["config"]["seed"]: x for x in cs.get((rung, L.LOG_ELU), [])}.get(r["config"]["seed"])
+            drawn |= {L.LOG_ELU} if partner is not None else set()
             for ax, (key, label, log) in zip(axes.flat, ONSET_PANELS):
                 xs, ys = _series(r, key, block, "onset_window")
                 ax.plot([x - centre for x in xs], ys, color=_color(L.variant(r)), lw=0.9, alpha=0.8)
@@ -174,7 +177,7 @@ def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = Non
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=_color(v), lw=2, label=label) for v, label in L.VARIANT_LABELS.items()
-               if any(k[1] == v for k in cs)]
+               if v in drawn]
     if handles:
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
                    bbox_to_anchor=(0.5, -0.04))
