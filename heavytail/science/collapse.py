@@ -52,8 +52,9 @@ def collapse_onset(log: list[dict], majority: float = 0.5) -> int | None:
     """First logged step from which the batch stays collapsed (``collapsed_fraction >= majority``
     at that and every later logged step); None when the run ends healthy. Figure 13 reads the onset
     off the loss curve; this reads it off the outputs themselves."""
-    steps = [row["step"] for row in log if "collapsed_fraction" in row]
-    flags = [row["collapsed_fraction"] >= majority for row in log if "collapsed_fraction" in row]
+    rows = [row for row in log if "collapsed_fraction" in row]
+    steps = [row["step"] for row in rows]
+    flags = [batch_collapsed(row, majority) for row in rows]
     if not flags or not flags[-1]:
         return None
     onset = len(flags) - 1

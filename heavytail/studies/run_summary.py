@@ -200,6 +200,7 @@ def onset_window(log: Sequence[Mapping[str, Any]], keys: Sequence[str] = BLOCK_T
 def _windows_of(block: Sequence[Mapping[str, Any]], stretch: int) -> list[tuple[int, list[Mapping[str, Any]]]]:
     """(centre step, rows) for each collapsed batch of ``block`` (consecutive steps) that follows ``stretch``
     healthy ones; each window runs from ``stretch`` steps before its centre to the start of the next one."""
+    # Imported here: heavytail.science.collapse loads torch (about 3 s), which reading summaries never needs.
     from heavytail.science.collapse import batch_collapsed
 
     starts, healthy = [], 0
