@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -128,7 +129,11 @@ def test_unshipped_runs_only_the_configurations_the_shipped_map_lacks(tmp_path, 
     spec = GridSpec.from_yaml(PARAMS / "grid_collapse_ladder.yaml")
     held = {r["name"] for r in R.load("ladder")["runs"]}
     assert held and G.unshipped(spec) == [n for n in spec.names if n not in held]
-    assert G.unshipped(spec, ["*seed5-*"]) == [n for n in spec.names if "seed5-" in n]
+    # A pattern selects among the unshipped runs only; a shipped run's own name selects nothing, which is refused.
+    seed = re.search(r"-seed\d+-", G.unshipped(spec)[-1]).group()
+    assert G.unshipped(spec, [f"*{seed}*"]) == [n for n in spec.names if seed in n and n not in held]
+    with pytest.raises(ValueError, match="already holds every configuration"):
+        G.unshipped(spec, [sorted(held)[0]])
     ran = {}
     monkeypatch.setattr(G, "run_grid", lambda grid, **kw: ran.setdefault("only", kw["only"]) and 1 / 0)
     with pytest.raises(ZeroDivisionError):  # what the command would run, caught before anything runs

@@ -75,6 +75,18 @@ def test_pausing_then_resuming_in_process_matches_an_uninterrupted_run(tmp_path,
     assert steps == list(range(1, tiny_cfg.steps + 1))
 
 
+def test_a_resumed_run_logs_its_training_time_across_both_calls(tmp_path, tiny_cfg, monkeypatch):
+    # A clock that advances one second per reading: the resumed call must count on from the paused one's time,
+    # not from zero, or a run summary's train_seconds holds only its last call.
+    clock = iter(range(10**6))
+    monkeypatch.setattr(heavytail.harness.train.time, "perf_counter", lambda: float(next(clock)))
+    train(tiny_cfg, tmp_path / "a", quiet=True, stop_after=5)
+    paused = read_jsonl(tmp_path / "a" / "metrics.jsonl")[-1]["seconds"]
+    train(tiny_cfg, tmp_path / "a", quiet=True)
+    seconds = [row["seconds"] for row in read_jsonl(tmp_path / "a" / "metrics.jsonl")]
+    assert paused > 0 and seconds == sorted(seconds) and seconds[-1] > paused
+
+
 def _assert_same_weights(a: Path, b: Path) -> None:
     wa, wb = (torch.load(p / "model.pt", weights_only=True) for p in (a, b))
     assert wa.keys() == wb.keys()

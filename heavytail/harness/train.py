@@ -389,7 +389,9 @@ def train(
         counters["provenance"] = [*counters.get("provenance", []), {**provenance_record(), "from_step": start + 1}]
     model.train()
     bar = tqdm(total=cfg.steps, initial=start, disable=quiet, desc=cfg.name, unit="step", dynamic_ncols=True)
-    t0 = time.perf_counter()
+    # "seconds" counts the training time of every step that survives, across resumes: the checkpoint keeps the
+    # time reached at its step, and steps redone after a kill count once.
+    t0 = time.perf_counter() - counters.get("seconds", 0.0)
     with (float32_matmuls(cfg, device), subnormals(cfg), recording_backends() as backends,
           open(log_path, "a") as log):
         runtime = precision_record(device, torch.bfloat16 if cfg.precision == "bf16" else None)
@@ -462,8 +464,10 @@ def train(
                 break
             if step % cfg.checkpoint_every == 0 and step < cfg.steps:
                 log.flush()
+                counters["seconds"] = time.perf_counter() - t0
                 _save_checkpoint(run_dir, step, model, optimizer, scheduler, data_gen, counters)
     bar.close()
+    counters["seconds"] = time.perf_counter() - t0
 
     if end < cfg.steps and stop_reason is None:
         _save_checkpoint(run_dir, end, model, optimizer, scheduler, data_gen, counters)
