@@ -27,6 +27,7 @@
 
 # %% tags=["parameters"]
 ladder_dir = "outputs/grid-collapse-ladder"  # a local re-run of the ladder, used instead of the shipped map
+small_dir = "outputs/grid-collapse-ladder-small"  # a local re-run of rung R1b (R1's model on the ladder's recipe)
 report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner
 
@@ -41,10 +42,11 @@ from heavytail.studies.tables import show
 root = repo_root()
 art = artifacts("09_collapse_ladder", report=report, output_root=output_root)
 ladder = reference_maps.source("ladder", root / ladder_dir)
+small = reference_maps.source("ladder-small", root / small_dir)  # rung R1b
 long_grid = reference_maps.source("gap-long")  # rung R1: the shipped 3,000-step grid
-runs = list(ladder.runs) + [r for r in long_grid.runs if collapse.ladder.rung_of(r["config"]) == "R1"]
-print(ladder.describe())
-print(long_grid.describe())
+runs = [*ladder.runs, *small.runs] + [r for r in long_grid.runs if collapse.ladder.rung_of(r["config"]) == "R1"]
+for source in (ladder, small, long_grid):
+    print(source.describe())
 for rung in collapse.ladder.RUNGS:
     print(f"{rung.name}: {rung.about}")
 
@@ -55,11 +57,19 @@ for rung in collapse.ladder.RUNGS:
 # intervals about 1/2), and, graded, do softmax's training batches and evaluation trials collapse more often
 # than log-ELU's on the same seeds (sign-flip test)? A rung with fewer than six seeds per kernel is undecided. On
 # the rung that decides, the same three rules compare softmax with squared ELU, the other slow kernel of Tables 5-6
-# (claims ending "-squared-R2"; rule 6, added before any of its runs).
+# (claims ending "-squared-R2"; rule 6, added before any of its runs). R2 differs from R1 in the model and in
+# the length and schedule, so rung R1b trains R1's model on R2's recipe exactly: R2 against R1b changes the model
+# only (rule 7, `collapse-model-R2`, written after R2 was decided and before any R1b run).
 
 # %%
-found = [claims.decided_on([f], long_grid.label if f["id"].endswith("-R1") else ladder.label)[0]
-         for f in collapse.ladder.findings(runs)]
+def decided_at(claim):
+    """The map(s) a claim was decided on: R1's on the 3,000-step grid, R1b's on its own grid, rule 7 on both."""
+    if claim["id"].startswith("collapse-model-"):
+        return f"{ladder.label} and {small.label}"
+    return {"R1": long_grid.label, "R1b": small.label}.get(claim["id"].rsplit("-", 1)[1], ladder.label)
+
+
+found = [claims.decided_on([f], decided_at(f))[0] for f in collapse.ladder.findings(runs)]
 show(claims.claims_table(found, f"Collapse-ladder claims ({ladder.label})"), art, "findings")
 _ = art.save_table("claims.json", found)  # the landing page lists these
 show(collapse.ladder.table(runs), art, "ladder_cells")
@@ -110,14 +120,14 @@ if recipe is not None:
 by_task = {r["name"]: collapse.by_task.half_plane_test(*t) for r in runs if r["config"]["kernel"] == "softmax"
            and (t := collapse.by_task.trials_of(r)) is not None}
 art.save_figure(collapse.ladder_plots.task_figure(runs, by_task), "collapse_by_task")
-unplaced = sum(r["config"]["kernel"] == "softmax" and r["name"] not in by_task for r in ladder.runs)
+unplaced = sum(r["config"]["kernel"] == "softmax" and r["name"] not in by_task for r in (*ladder.runs, *small.runs))
 if by_task:
     first = next(iter(by_task.values()))
     display(Markdown(
         "**Collapse by task:** " + "; ".join(
             f"{collapse.ladder.rung_of(r['config'])} seed {r['config']['seed']}: {t['collapsed']} of {t['n']} trials "
             f"collapsed, the best line agrees with {t['agreement']:.0%} (p = {t['p']:.3g})"
-            for r in ladder.runs if (t := by_task.get(r["name"])))
+            for r in (*ladder.runs, *small.runs) if (t := by_task.get(r["name"])))
         + f". {first['permutations']} label shuffles per run"
         + (f"; {unplaced} softmax run(s) shipped without per-trial spread ratios." if unplaced else ".")))
 
@@ -140,7 +150,7 @@ display(Markdown("\n\n".join(f"- {claims.render(f)}" for f in precision) or (
 
 # %%
 decided = [f for f in found if f["id"].startswith("paper-collapse-")]
-collapsed_at = [f["id"].rsplit("-", 1)[1] for f in decided if f["verdict"] == claims.REPRODUCED]
+collapsed_at = list(dict.fromkeys(f["id"].rsplit("-", 1)[1] for f in decided if f["verdict"] == claims.REPRODUCED))
 if collapsed_at:
     headline = f"The paper's collapse appears at rung {', '.join(collapsed_at)}."
 elif decided:
@@ -148,5 +158,6 @@ elif decided:
         f"{f['id'].rsplit('-', 1)[1]}: {f['verdict']}, {f['seeds']} seeds" for f in decided) + ").")
 else:
     headline = "The collapse ladder has not been shipped yet."
-display(Markdown("\n\n".join([f"**{headline}**"] + [claims.render(f) for f in decided])))
+model = [f for f in found if f["id"].startswith("collapse-model-")]  # rule 7: the model or the length?
+display(Markdown("\n\n".join([f"**{headline}**"] + [claims.render(f) for f in decided + model])))
 art.conclude(headline, figure="onset_aligned")

@@ -282,3 +282,64 @@ def test_the_ladder_map_keeps_block_0s_series_and_drops_the_other_blocks():
     assert R.MAPS["ladder"].blocks == 1
     shipped = R.load("ladder")["runs"]
     assert all(not k.startswith("block1.") for r in shipped for k in r["trace"])
+
+
+LADDER_RECIPE = dict(schedule_steps=50000, warmup_steps=1000, flush_subnormals=True)
+
+
+def _small(seed, kernel="softmax", backend="sdpa", **kw):
+    """A run of rung R1b: R1's model on the ladder's recipe."""
+    run = _run(seed, kernel, backend, d_model=32, n_blocks=2, d_ff=64, **kw)
+    run["config"].update(LADDER_RECIPE)
+    return run
+
+
+def test_r1b_is_r1s_model_on_the_ladders_recipe_and_r1_keeps_its_own_schedule():
+    assert L.rung_of(_small(0)["config"]) == "R1b"
+    assert L.rung_of({**_small(0)["config"], "warmup_steps": 100}) == "R1"
+    assert L.rung_of({**_small(0)["config"], "steps": 3000, "schedule_steps": 0, "warmup_steps": 100}) == "R1"
+    assert L.rung_of({**_small(0)["config"], "precision": "bf16"}) is None
+
+
+def test_the_r1b_grid_differs_from_the_ladders_r2_cells_in_the_model_only():
+    from heavytail.pipeline.grid_file import GridSpec
+
+    small = GridSpec.from_yaml("params/grid_collapse_ladder_small.yaml").configs
+    ladder = {(c.seed, L.variant(c.to_dict())): c.to_dict() for c in GridSpec.from_yaml(
+        "params/grid_collapse_ladder.yaml").configs if L.rung_of(c.to_dict()) == "R2"}
+    assert {L.rung_of(c.to_dict()) for c in small} == {"R1b"}
+    assert {(c.seed, L.variant(c.to_dict())) for c in small} == {
+        (s, v) for s in range(L.MIN_SEEDS) for v in (L.SOFTMAX_SDPA, L.LOG_ELU)}
+    for c in small:
+        big = ladder[(c.seed, L.variant(c.to_dict()))]
+        assert {k for k, v in c.to_dict().items() if big[k] != v} == {"d_model", "n_blocks", "d_ff"}
+
+
+def test_rule_7_pairs_r2s_softmax_with_r1bs_by_seed():
+    big = [_run(s, collapsed=True, steps_share=0.4) for s in range(6)]
+    assert not any(f["id"].startswith("collapse-model") for f in L.findings(big))  # no R1b run: no claim
+    found = {f["id"]: f for f in L.findings(big + [_small(s) for s in range(6)])}
+    claim = found["collapse-model-R2"]
+    assert claim["verdict"] == C.REPRODUCED and claim["estimate"] == pytest.approx(0.4)
+    assert "0: +0.400" in claim["evidence"] and L.in_table(claim)
+    assert found["paper-collapse-R1b"]["verdict"] == C.NOT_REPRODUCED  # 0 of 6 softmax runs: "most" excluded
+    found = {f["id"]: f for f in L.findings(big + [_small(s, collapsed=True, steps_share=0.4) for s in range(6)])}
+    assert found["collapse-model-R2"]["verdict"] != C.REPRODUCED  # no difference: not "model size matters"
+    found = {f["id"]: f for f in L.findings(big[:5] + [_small(s) for s in range(5)])}
+    assert found["collapse-model-R2"]["verdict"] == C.UNDECIDED  # 5 seeds cannot reach p < 0.05
+
+
+def test_the_ladder_group_reads_the_r1b_map_with_its_own(tmp_path):
+    from heavytail.io import save_json
+    from heavytail.studies import claim_groups
+
+    ref = tmp_path / "outputs" / "reference"
+    ref.mkdir(parents=True)
+    save_json({"provenance": {}, "runs": [{**_run(s, collapsed=True, steps_share=0.4), "name": f"r2-{s}", "mean": {}}
+                                          for s in range(6)]}, ref / "collapse_ladder.json")
+    g = claim_groups.group("ladder")
+    assert "collapse-model-R2" not in {c["id"] for c in claim_groups.decide(g, tmp_path)}
+    save_json({"provenance": {}, "runs": [{**_small(s), "name": f"r1b-{s}", "mean": {}} for s in range(6)]},
+              ref / "collapse_ladder_small.json")
+    found = {c["id"]: c for c in claim_groups.decide(g, tmp_path)}
+    assert found["collapse-model-R2"]["verdict"] == C.REPRODUCED

@@ -39,6 +39,9 @@ class ClaimGroup:
     # which of a headline group's claims are rows of the findings table (the others: `claims NAME` and
     # docs/findings.md print them); None: all of them
     in_table: Callable[[Mapping[str, Any]], bool] | None = None
+    # further maps whose runs the group's claims read with its own (each when shipped): a study whose cells could
+    # not share one grid file without renaming its shipped runs
+    also: tuple[str, ...] = ()
 
 
 GROUPS: tuple[ClaimGroup, ...] = (
@@ -56,7 +59,7 @@ GROUPS: tuple[ClaimGroup, ...] = (
     # the earlier map, a second arm of the same claims (notebook 07)
     ClaimGroup("gap-points", "gap-points", kernel_gap_claims.findings, headline=False),
     # the paper's collapse, rung by rung toward Table 3 (notebook 09)
-    ClaimGroup("ladder", "ladder", collapse_ladder.findings, in_table=collapse_ladder.in_table),
+    ClaimGroup("ladder", "ladder", collapse_ladder.findings, in_table=collapse_ladder.in_table, also=("ladder-small",)),
     ClaimGroup("subnormal-ab", "subnormal-ab", subnormal_ab.findings, headline=False),
 )
 
@@ -87,7 +90,8 @@ def decide(g: ClaimGroup, root: Path | None = None) -> list[dict[str, Any]] | No
     shipped = reference_maps.load(g.map, root)
     if shipped is None:
         return None
-    return claims.decided_on(g.findings(shipped["runs"]), title(g))
+    runs = list(shipped["runs"]) + [r for m in g.also if (more := reference_maps.load(m, root)) for r in more["runs"]]
+    return claims.decided_on(g.findings(runs), title(g))
 
 
 # ------------------------------------------------------------------------------------ the findings table

@@ -78,6 +78,10 @@ MAPS = {
     "ladder": MapSpec("collapse_ladder.json", "params/grid_collapse_ladder.yaml", "collapse ladder",
                       "softmax and log-ELU from the CPU recipe to Table 3's model and precision, 6,000 steps",
                       trial_collapse=True, blocks=1),
+    # rung R1b: R1's model on the ladder's recipe (its own grid, so the ladder's run names stay as shipped)
+    "ladder-small": MapSpec("collapse_ladder_small.json", "params/grid_collapse_ladder_small.yaml",
+                            "collapse ladder, R1's model", "softmax and log-ELU at D = 32, 2 blocks on the ladder's "
+                            "6,000-step recipe (rung R1b)", trial_collapse=True, blocks=1),
     # Its endpoint reads the per-trial records and no trace; 280 runs of 64 trials fit the size of a shipped map
     # (2 MiB) only without the traces.
     "phase-confirm": MapSpec("phase_confirm.json", "params/grid_phase_confirm.yaml", "confirmatory phase map",

@@ -28,6 +28,16 @@ seed the replicate, ``heavytail.studies.claims``):
    the kernels that did not collapse), on the rung that decides only. Written after the screen had shown
    collapse at R2 (softmax 4 of 4 runs labelled collapsed, log-ELU 0 of 4, seeds 0-3) and before any squared
    ELU run; its runs are R2's grid cell ``squared_elu``, seeds 0-5, from the ladder's commit.
+7. *Model size at the same length* (``collapse-model-R2``): R2 changes both the model and, against R1's shipped
+   3,000-step grid, the length and schedule, so its collapse alone cannot say which matters. Rung R1b trains R1's
+   model (D = 32, 2 blocks, d_ff = 64) on R2's recipe exactly (6,000 steps of the 50,000-step schedule, warmup
+   1,000, subnormals flushed; ``params/grid_collapse_ladder_small.yaml``), with rules 1-3 as every rung; rule 7
+   pairs softmax (SDPA) on R2 with softmax on R1b by seed (the same seed draws the same task stream) and applies
+   the graded rule to R2's share of logged steps with a collapsed batch minus R1b's. Reading, fixed with the
+   rule: R1b's rule 1 *reproduced* says length and schedule suffice, and Table 3's model is not needed for the
+   collapse at N = 1024; R1b's rule 1 *not reproduced* with rule 7 *reproduced* says the collapse needs the
+   larger model at this length. Written after R2 was decided and before any R1b run; its runs come from the
+   ladder's commit, so R2 and R1b differ in the model only.
 
 The sequential plan, also fixed before the runs: the grid's outer axis is the seed, so every rung is screened
 on seeds 0-1 before any rung gets seed 2; the grid then continues seed by seed over every rung, and a later
@@ -72,17 +82,31 @@ def _table3_model(c: Mapping[str, Any]) -> bool:
     return (c["d_model"], c["n_blocks"], c["d_ff"]) == (256, 6, 512)
 
 
+def _small_model(c: Mapping[str, Any]) -> bool:
+    return (c["d_model"], c["n_blocks"]) == (32, 2)
+
+
 def _base(c: Mapping[str, Any]) -> bool:
     return (c["benchmark"], c["marginals"], c["norm"], c["n_points"], c["trials_per_step"]) == (
         "sheared_swap", "mirrored_pareto", "post", 1024, 1) and c["lr"] == 1e-3
 
 
+def _ladder_recipe(c: Mapping[str, Any]) -> bool:
+    """R2's length and schedule: 6,000 steps of the paper's 50,000-step schedule, warmup 1,000, flushed."""
+    return (c["steps"], c["schedule_steps"], c["warmup_steps"]) == (6000, 50000, 1000) and bool(c["flush_subnormals"])
+
+
+def _float32(c: Mapping[str, Any]) -> bool:
+    return c["precision"] == "float32" and not c["symlog"]
+
+
 RUNGS: tuple[Rung, ...] = (
     Rung("R1", "D = 32, 2 blocks, float32, 3,000 steps (the shipped 3,000-step grid)",
-         lambda c: _base(c) and (c["d_model"], c["n_blocks"]) == (32, 2) and c["precision"] == "float32"
-         and not c["symlog"]),
+         lambda c: _base(c) and _small_model(c) and _float32(c) and not _ladder_recipe(c)),
+    Rung("R1b", "R1's model (D = 32, 2 blocks) on R2's recipe: 6,000 steps of the 50,000-step schedule, float32",
+         lambda c: _base(c) and _small_model(c) and _float32(c) and _ladder_recipe(c)),
     Rung("R2", "Table 3's model (D = 256, 6 blocks, d_ff = 512), float32",
-         lambda c: _base(c) and _table3_model(c) and c["precision"] == "float32" and not c["symlog"]),
+         lambda c: _base(c) and _table3_model(c) and _float32(c)),
     Rung("R3", "R2 under bf16 autocast (softmax's SDPA in bf16; log-ELU's attention in float32)",
          lambda c: _base(c) and _table3_model(c) and c["precision"] == "bf16" and not c["symlog"]),
     Rung("R4", "R3 with symlog",
@@ -211,7 +235,25 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 map_extent([*soft, *f32]) + f"; rung {rung.name}",
                 "per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in diffs.items()),
                 _decided_by("Precision or kernel", ["onset_aligned"])).to_dict())
-    return out
+    return out + model_size(cs)
+
+
+def model_size(cs: Mapping[tuple[str, tuple[str, str]], Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Rule 7: softmax's collapsed share of logged steps on R2 (Table 3's model) minus on R1b (R1's model on R2's
+    recipe), paired by seed; no claim until both rungs have a softmax run."""
+    big, small = cs.get(("R2", SOFTMAX_SDPA), []), cs.get(("R1b", SOFTMAX_SDPA), [])
+    if not big or not small:
+        return []
+    diffs = _paired(big, small, collapsed_steps)
+    d = C.graded_rule(list(diffs.values()), min_seeds=MIN_SEEDS) if diffs else C.Decision(
+        C.NOT_RUN, None, "no seed has softmax on both rungs")
+    return [C.make_claim(
+        "collapse-model-R2", "Softmax collapses more with Table 3's model than with R1's on the same 6,000-step "
+        "recipe (R2 against R1b)", "Table 3, App. I", "not tested: the paper trained only Table 3's model", d,
+        "R2 - R1b softmax share of logged steps with a collapsed batch",
+        map_extent([*big, *small]) + "; rungs R2 and R1b: the model only differs",
+        "per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in diffs.items()),
+        _decided_by("The ladder's verdicts", ["ladder_collapse"])).to_dict()]
 
 
 def absorbed_share(run: Mapping[str, Any], block: int = 0, before: int | None = None) -> float | None:

@@ -104,6 +104,11 @@ def _series(run: Mapping, key: str, block: int, source: str = "trace") -> tuple[
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
+# One line style per rung, in the onset figure's panels and its caption.
+RUNG_STYLES = {"R1": ":", "R1b": (0, (5, 1, 1, 1, 1, 1)), "R2": "-", "R3": "--", "R4": "-."}
+STYLE_WORDS = "R1 dotted, R1b dash-dot-dot, R2 solid, R3 dashed, R4 dash-dot"
+
+
 def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = None):
     """Fig. 13 plus what the paper asked for. Where a softmax run has a collapse window, every panel is aligned on
     its centre (the first collapsed batch after a healthy stretch, step 0), softmax's window at full resolution and
@@ -123,7 +128,8 @@ def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = Non
             drawn |= {L.LOG_ELU} if partner is not None else set()
             for ax, (key, label, log) in zip(axes.flat, ONSET_PANELS):
                 xs, ys = _series(r, key, block, "onset_window")
-                ax.plot([x - centre for x in xs], ys, color=_color(L.variant(r)), lw=0.9, alpha=0.8)
+                ax.plot([x - centre for x in xs], ys, color=_color(L.variant(r)), lw=0.9, alpha=0.8,
+                        ls=RUNG_STYLES.get(rung, "-"))
                 # the same run's regular log around the window: was block 0 already saturated before it?
                 inside = (min(xs), max(xs)) if xs else (centre, centre)
                 xs, ys = _series(r, key, block)
@@ -141,12 +147,14 @@ def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = Non
                 ax.axvline(0, color="0.5", lw=0.6, ls=":")
         for ax in axes[1]:
             ax.set_xlabel("steps from the first collapsed batch")
+        several = len({rung for rung, _ in windows}) > 1
         fig.suptitle(f"Around the collapse onset, block {block} ({len(windows)} softmax windows at every step, dots: "
-                     "the same run's regular log; log-ELU: the same seed's regular log)", fontsize=10)
+                     "the same run's regular log; log-ELU: the same seed's regular log"
+                     + (f"; line style = rung: {STYLE_WORDS}" if several else "") + ")", fontsize=10 - several)
     else:
         from heavytail.science.collapse import rolling_median
 
-        styles = {"R1": ":", "R2": "-", "R3": "--", "R4": "-."}
+        styles = RUNG_STYLES
         for (rung, v), rs in sorted(cs.items()):
             for ax, (key, label, log) in zip(axes.flat, ONSET_PANELS):
                 smooth = []
@@ -172,7 +180,7 @@ def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = Non
         for ax in axes[1]:
             ax.set_xlabel("training step")
         fig.suptitle(f"No collapse onset in these runs: the precursors over training, block {block}, rolling medians "
-                     "(bold: median over seeds; line style = rung: R1 dotted, R2 solid, R3 dashed, R4 dash-dot)",
+                     f"(bold: median over seeds; line style = rung: {STYLE_WORDS})",
                      fontsize=9)
     from matplotlib.lines import Line2D
 
