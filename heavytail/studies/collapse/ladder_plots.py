@@ -38,14 +38,19 @@ def collapse_figure(runs: Sequence[Mapping]):
     rungs = [r.name for r in L.RUNGS if any(k[0] == r.name for k in cs)]
     variants = [v for v in L.VARIANT_LABELS if any(k[1] == v for k in cs)]
     fig, ax = plt.subplots(figsize=(7.5, 3.4), constrained_layout=True)
-    width = 0.8 / max(1, len(variants))
+    # each rung's columns are the variants it ran, centred on its tick (a variant that ran on one rung only
+    # leaves no empty column elsewhere)
+    present = {rung: [v for v in variants if (rung, v) in cs] for rung in rungs}
+    width = 0.8 / max([1, *map(len, present.values())])
+    labelled = set()
     for i, rung in enumerate(rungs):
-        for j, v in enumerate(variants):
-            rs = cs.get((rung, v), [])
-            x = i + (j - (len(variants) - 1) / 2) * width
+        for j, v in enumerate(present[rung]):
+            rs = cs[(rung, v)]
+            x = i + (j - (len(present[rung]) - 1) / 2) * width
             ys = [collapsed_steps(r) for r in rs]
             xs = np.full(len(ys), x) + np.linspace(-0.3, 0.3, len(ys)) * width
-            ax.scatter(xs, ys, s=18, color=_color(v), label=L.VARIANT_LABELS[v] if i == 0 else None, zorder=3)
+            ax.scatter(xs, ys, s=18, color=_color(v), label=None if v in labelled else L.VARIANT_LABELS[v], zorder=3)
+            labelled.add(v)
             hit = [(xr, y) for r, xr, y in zip(rs, xs, ys) if r["collapse"]["label"] == "collapse"]
             if hit:
                 ax.scatter(*zip(*hit), s=80, facecolors="none", edgecolors="k", lw=1, zorder=4)
