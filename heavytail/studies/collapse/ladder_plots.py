@@ -159,7 +159,6 @@ def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = Non
     else:
         from heavytail.science.collapse import rolling_median
 
-        styles = RUNG_STYLES
         for (rung, v), rs in sorted(cs.items()):
             for ax, (key, label, log) in zip(axes.flat, ONSET_PANELS):
                 smooth = []
@@ -167,12 +166,12 @@ def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = Non
                     xs, ys = _series(r, key, block)
                     if len(xs) > 2:
                         ys = rolling_median(ys, max(3, len(ys) // 20))
-                        ax.plot(xs, ys, color=_color(v), lw=0.5, alpha=0.25, ls=styles.get(rung, "-"))
+                        ax.plot(xs, ys, color=_color(v), lw=0.5, alpha=0.25, ls=RUNG_STYLES.get(rung, "-"))
                         smooth.append((xs, ys))
                 if smooth:  # the median over seeds on the shortest common grid of steps
                     n = min(len(xs) for xs, _ in smooth)
                     ax.plot(smooth[0][0][:n], np.median([ys[:n] for _, ys in smooth], axis=0), color=_color(v),
-                            lw=1.6, ls=styles.get(rung, "-"))
+                            lw=1.6, ls=RUNG_STYLES.get(rung, "-"))
                 ax.set_title(label, fontsize=9)
                 ax.set_yscale("log" if log else "linear")
         for ax in axes.flat:
