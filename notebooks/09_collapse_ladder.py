@@ -78,23 +78,49 @@ art.save_figure(collapse.ladder_plots.collapse_figure(runs), "ladder_collapse")
 # %% [markdown]
 # ## The onset, watched
 #
-# Where a softmax run's batch collapses after a healthy stretch, the steps before and after it (the recipe's dense
-# window, printed below the figure) are logged at every step: per block the largest attention weight, the share of rows whose largest weight is exactly 1 in the
-# precision attention received (absorption: every other point's weight lost to rounding), the largest |S| of
-# eq. 1, the attention entropy over log N and the gradient norm of the block's W_Q and W_K. The panels align
-# each window on its first collapsed batch; dots are the same softmax run's regular log around its
-# window, so a precursor shows as a change from before the window to inside it, and log-ELU's run of the same seed
-# is drawn over the same steps. Block 0 is the one that sees the raw heavy-tailed tokens.
+# The paper's Fig. 13 shows the loss diverging at an onset; it asked for the attention weights and gradients
+# around it. The first figure aligns every run that collapsed for good on its onset (the first logged step from
+# which every logged batch is collapsed) and draws its regular log from the start of training: per block the
+# largest attention weight, the share of rows whose largest weight is exactly 1 in the precision attention received
+# (absorption: every other point's weight lost to rounding), the largest |S| of eq. 1, the attention entropy over
+# log N and the gradient norm of the block's W_Q and W_K, with log-ELU's run of the same seed over the same training
+# steps. Block 0 is the one that sees the raw heavy-tailed tokens.
 
 # %%
 art.save_figure(collapse.ladder_plots.onset_figure(runs, block=0), "onset_aligned")
+before_onset = collapse.ladder.precursors(runs, block=0)
+if before_onset:
+    show(collapse.ladder.precursor_table(before_onset, block=0), art, "before_onset")
+    soft = [x for x in before_onset if x["variant"][0] == "softmax" and x["saturated_from"] is not None]
+    drop = sorted(x["qk_grad"][1] / x["qk_grad"][0] for x in soft if None not in x["qk_grad"])
+    other = sorted(x["partner"][1] / x["partner"][0] for x in soft if x["partner"] and None not in x["partner"])
+    if soft and drop:
+        display(Markdown(
+            f"**{len(soft)} of {sum(x['variant'][0] == 'softmax' for x in before_onset)} softmax runs with an onset "
+            f"had block 0 absorbed for good {min(x['onset'] - x['saturated_from'] for x in soft)}-"
+            f"{max(x['onset'] - x['saturated_from'] for x in soft)} steps before it, and its W_Q/W_K gradient "
+            f"fell by x{drop[-1]:.0e} to x{drop[0]:.0e} from the first 1,000 steps to the 1,000 before the onset"
+            + (f" (log-ELU over the same steps: x{other[-1]:.0e} to x{other[0]:.0e})" if other else "") + ".**"))
+
+# %% [markdown]
+# Training also logs every step for a few steps before and after a batch that collapses after a healthy stretch.
+# That trigger fires on the *first* such batch, which can come long before a run's onset (both printed below the
+# figure): the windows show, one row per run, how intermittent collapse is at that stage.
+
+# %%
+art.save_figure(collapse.ladder_plots.window_figure(runs, block=0), "onset_windows")
 absorbed = collapse.ladder.absorption_before_onset(runs, block=0)
 if absorbed["softmax"]:
+    firsts = [centre for _, _, centre, _ in absorbed["softmax"]]
+    onsets = [x["onset"] for x in before_onset if x["variant"][0] == "softmax"]
     display(Markdown("**Block 0 absorbed (most rows' largest weight exactly 1) before the first collapsed batch:** "
                      + "; ".join(f"{rung} softmax seed {seed}: {x:.0%} of its logged steps before step {centre}"
                                  for rung, seed, centre, x in absorbed["softmax"])
                      + (f". Log-ELU's runs: at most {absorbed['log_elu']:.0%} of their logged steps."
-                        if absorbed["log_elu"] is not None else ".")))
+                        if absorbed["log_elu"] is not None else ".")
+                     + f" Softmax's first collapsed batch came at steps {min(firsts)}-{max(firsts)}"
+                     + (f"; its onsets at steps {min(onsets)}-{max(onsets)}." if onsets
+                        else "; no softmax run collapsed for good.")))
 recipe = RunConfig.from_dict({k: v for k, v in ladder.runs[0]["config"].items()}) if ladder.runs else None
 if recipe is not None:
     display(Markdown(

@@ -161,30 +161,70 @@ def test_a_bad_rung_is_one_line_and_exit_2_before_anything_trains(tmp_path, caps
     assert not (tmp_path / "out" / grid["name"]).exists() or not any((tmp_path / "out" / grid["name"]).iterdir())
 
 
-def test_the_onset_figure_draws_each_softmax_runs_regular_log_around_its_window():
-    """Whether block 0 was already saturated before the first collapsed batch is read off the softmax run's own
-    regular log outside its every-step window: the figure draws it (dots, no line) on every panel."""
+def test_the_onset_figure_aligns_each_run_that_collapsed_for_good_on_its_onset():
+    """Every run with an onset is drawn on every panel with its regular log shifted so that its onset is step 0,
+    from the start of training to its end; the log-ELU run of the same seed is shifted by the same onset."""
     import matplotlib.pyplot as plt
 
     from heavytail.studies import reference_maps
     from heavytail.studies.collapse import ladder_plots
 
     runs = reference_maps.load("ladder")["runs"]
-    windows = [r for r in runs if (r.get("onset_window") or {}).get("center") is not None
-               and r["config"]["kernel"] == "softmax"]
-    assert windows, "the shipped ladder holds a softmax run with an onset window"
+    onset = [r for r in runs if r["collapse"].get("onset") is not None]
+    assert onset, "the shipped ladder holds a run that collapsed for good"
     fig = ladder_plots.onset_figure(runs)
     try:
-        for ax in fig.axes[:6]:
-            dots = [ln for ln in ax.lines if ln.get_linestyle() == "None" and ln.get_marker() == "."]
-            assert len(dots) == len(windows), ax.get_title()
-            assert all(len(ln.get_xdata()) > 0 for ln in dots)
+        ax = fig.axes[0]  # the loss: logged by every run
+        thin = [ln for ln in ax.lines if ln.get_linewidth() < 1 and ln.get_alpha() is not None]  # not the onset line
+        spans = sorted((float(min(ln.get_xdata())), float(max(ln.get_xdata()))) for ln in thin)
+        expected = []
+        for r in onset:
+            t0 = r["collapse"]["onset"]
+            expected.append((r["trace"]["step"][0] - t0, r["trace"]["step"][-1] - t0))
+        partners = {(L.rung_of(r["config"]), r["config"]["seed"]): r["collapse"]["onset"] for r in onset
+                    if L.variant(r) != L.LOG_ELU}
+        for x in runs:
+            t0 = partners.get((L.rung_of(x["config"]), x["config"]["seed"]))
+            if L.variant(x) == L.LOG_ELU and t0 is not None:
+                expected.append((x["trace"]["step"][0] - t0, x["trace"]["step"][-1] - t0))
+        assert spans == sorted((float(a), float(b)) for a, b in expected)
     finally:
         plt.close(fig)
 
 
+def test_the_window_figure_has_one_row_per_every_step_window():
+    import matplotlib.pyplot as plt
+
+    from heavytail.studies import reference_maps
+    from heavytail.studies.collapse import ladder_plots
+
+    runs = reference_maps.load("ladder")["runs"]
+    windows = [r for r in runs if (r.get("onset_window") or {}).get("center") is not None]
+    fig = ladder_plots.window_figure(runs)
+    try:
+        ax = fig.axes[0]
+        assert len(ax.get_yticklabels()) == len(windows)
+        image = ax.images[0].get_array()
+        assert image.shape[0] == len(windows)
+        # each row holds its run's window, every step, aligned on the centre
+        assert int(image.count()) == sum(
+            sum(v is not None for v in r["onset_window"]["block0.attn_absorbed"]) for r in windows)
+    finally:
+        plt.close(fig)
+
+
+def test_saturated_from_is_the_first_step_from_which_every_later_step_is_absorbed():
+    run = {"trace": {"step": [25, 50, 75, 100, 125], "block0.attn_absorbed": [0.9, 0.2, 0.8, None, 0.6]}}
+    assert L.saturated_from(run) == 125  # a step not logged breaks the stretch, as a healthy one does
+    run["trace"]["block0.attn_absorbed"][3] = 1.0
+    assert L.saturated_from(run) == 75
+    run["trace"]["block0.attn_absorbed"][4] = 0.5  # "most rows": one half is not absorbed
+    assert L.saturated_from(run) is None
+    assert L.saturated_from({"trace": {}}) is None
+
+
 def test_the_onset_figures_legend_names_only_the_variants_it_draws():
-    """Notebook 09 passes R1's runs too (exact float32 softmax among them); they have no window, so the legend of
+    """Notebook 09 passes R1's runs too (exact float32 softmax among them); none has an onset, so the legend of
     the aligned figure must not name them."""
     import matplotlib.pyplot as plt
 
@@ -197,7 +237,9 @@ def test_the_onset_figures_legend_names_only_the_variants_it_draws():
     fig = ladder_plots.onset_figure(runs)
     try:
         names = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
-        assert names == {L.VARIANT_LABELS[L.SOFTMAX_SDPA], L.VARIANT_LABELS[L.LOG_ELU]}
+        drawn = {L.variant(r) for r in runs if r["collapse"].get("onset") is not None} | {L.LOG_ELU}
+        assert L.SOFTMAX_EXACT not in drawn
+        assert names == {L.VARIANT_LABELS[v] for v in drawn}
     finally:
         plt.close(fig)
 

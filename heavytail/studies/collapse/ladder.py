@@ -281,6 +281,68 @@ def absorption_before_onset(runs: Sequence[Mapping[str, Any]], block: int = 0) -
     return {"softmax": soft, "log_elu": max(other) if other else None}
 
 
+def saturated_from(run: Mapping[str, Any], block: int = 0) -> int | None:
+    """The first regularly logged step from which ``block`` stays absorbed (most rows' largest weight exactly 1)
+    at every later logged step, as :func:`heavytail.science.collapse.collapse_onset` reads a collapse; None when the
+    run ends unabsorbed or logged no attention statistics."""
+    trace = run.get("trace") or {}
+    pts = list(zip(trace.get("step", []), trace.get(f"block{block}.attn_absorbed", [])))
+    first = None
+    for step, y in pts:
+        if not (isinstance(y, (int, float)) and math.isfinite(y) and y > 0.5):
+            first = None
+        elif first is None:
+            first = step
+    return first if pts else None
+
+
+def _median_between(run: Mapping[str, Any], key: str, lo: float, hi: float) -> float | None:
+    trace = run.get("trace") or {}
+    ys = sorted(y for s, y in zip(trace.get("step", []), trace.get(key, []))
+                if lo <= s < hi and isinstance(y, (int, float)) and math.isfinite(y))
+    return ys[len(ys) // 2] if ys else None
+
+
+def precursors(runs: Sequence[Mapping[str, Any]], block: int = 0, span: int = 1000) -> list[dict[str, Any]]:
+    """Per run with a collapse onset, what its regular log shows before it (rule 5, descriptive): the onset, the
+    step from which ``block`` stayed absorbed (:func:`saturated_from`), and the median gradient norm of the block's
+    W_Q and W_K over the ``span`` steps before the onset against its median over the first ``span`` steps of
+    training; ``partner``: the same two medians for the log-ELU run of the same rung and seed, over the same steps
+    (None without one)."""
+    cs = ladder_cells(runs)
+    key = f"block{block}.qk_grad_norm"
+    out = []
+    for (rung, v), rs in cs.items():
+        partners = {x["config"]["seed"]: x for x in cs.get((rung, LOG_ELU), [])} if v != LOG_ELU else {}
+        for r in rs:
+            if (onset := r["collapse"].get("onset")) is None:
+                continue
+            p = partners.get(r["config"]["seed"])
+            out.append({"rung": rung, "variant": v, "seed": r["config"]["seed"], "onset": onset,
+                        "saturated_from": saturated_from(r, block),
+                        "qk_grad": (_median_between(r, key, 0, span + 1), _median_between(r, key, onset - span, onset)),
+                        "partner": None if p is None else (_median_between(p, key, 0, span + 1),
+                                                           _median_between(p, key, onset - span, onset))})
+    order = {rung.name: i for i, rung in enumerate(RUNGS)}
+    return sorted(out, key=lambda x: (order.get(x["rung"], 99), x["variant"], x["seed"]))
+
+
+def precursor_table(found: Sequence[Mapping[str, Any]], block: int = 0) -> dict[str, Any]:
+    """:func:`precursors` as a table: one row per run with an onset."""
+    def ratio(pair):
+        return "n/a" if pair is None or None in pair or not pair[0] else f"{pair[1] / pair[0]:.1e}"
+
+    rows = [{"rung": x["rung"], "kernel": VARIANT_LABELS.get(x["variant"], "/".join(x["variant"])), "seed": x["seed"],
+             "onset (step)": x["onset"],
+             f"block {block} absorbed at every later logged step from": "never" if x["saturated_from"] is None
+             else x["saturated_from"],
+             "W_Q/W_K gradient, before the onset / first steps": ratio(x["qk_grad"]),
+             "log-ELU, same seed and steps": ratio(x["partner"])} for x in found]
+    return {"title": f"Before each onset, block {block} (regular log)", "columns": list(rows[0]) if rows else [],
+            "rows": rows, "notes": "gradient: the median norm of the block's W_Q and W_K gradient over the 1,000 steps "
+                                   "before the onset over its median over the first 1,000 steps of training"}
+
+
 def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Per rung and variant: seeds, runs labelled collapsed, the median shares and the onsets."""
     rows = []

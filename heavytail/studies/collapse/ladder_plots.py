@@ -114,63 +114,83 @@ RUNG_STYLES = {"R1": ":", "R1b": (0, (5, 1, 1, 1, 1, 1)), "R2": "-", "R3": "--",
 STYLE_WORDS = "R1 dotted, R1b dash-dot-dot, R2 solid, R3 dashed, R4 dash-dot"
 
 
-def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = None):
-    """Fig. 13 plus what the paper asked for. Where a softmax run has a collapse window, every panel is aligned on
-    its centre (the first collapsed batch after a healthy stretch, step 0), softmax's window at full resolution and
-    the log-ELU run of the same rung and seed over the same steps. Where no run has one, the panels show the same
-    statistics over training, per rung, so the figure says how close each rung came."""
+def _aligned_median(lines: Sequence[tuple[Sequence, Sequence]], least: int = 2) -> tuple[list, list]:
+    """The median over runs at each offset that at least ``least`` of the runs logged (offsets are whole multiples
+    of the logging interval when every run is aligned on a logged step)."""
+    at: dict[float, list] = {}
+    for xs, ys in lines:
+        for x, y in zip(xs, ys):
+            if math.isfinite(y):
+                at.setdefault(x, []).append(y)
+    keep = sorted(x for x, v in at.items() if len(v) >= least)
+    return keep, [float(np.median(at[x])) for x in keep]
+
+
+def onset_figure(runs: Sequence[Mapping], block: int = 0, before: int | None = None, smooth: int = 9):
+    """Fig. 13 plus what the paper asked for, from the regular log. Where runs have a collapse onset (the first
+    logged step from which every logged batch is collapsed, :func:`L.onsets`), each is aligned on it (step 0):
+    thin lines each run (rolling median over ``smooth`` logged steps), bold the median over runs, and the log-ELU
+    run of the same rung and seed over the same training steps, from ``before`` steps ahead of the onset (from the
+    start of training when None) to its end. Where no run has one, the panels show the same statistics over
+    training, per rung, so the figure says how close each rung came. :func:`window_figure` draws the every-step
+    windows."""
+    from heavytail.science.collapse import rolling_median
+
     cs = L.ladder_cells(runs)
-    windows = [(rung, r) for (rung, v), rs in cs.items() if v[0] == "softmax" for r in rs
-               if (r.get("onset_window") or {}).get("center") is not None]
+    onset = [(rung, r) for (rung, v), rs in cs.items() for r in rs if r["collapse"].get("onset") is not None]
     fig, axes = plt.subplots(2, 3, figsize=(11, 5.6), constrained_layout=True)
     drawn = {v for _, v in cs}  # the variants the legend names: those drawn, not every variant of the map
-    if windows:
-        drawn = {L.variant(r) for _, r in windows}
-        for rung, r in windows:
-            centre = r["onset_window"]["center"]
-            width = span or (len(r["onset_window"]["step"]) or 100)
-            partner = {x["config"]["seed"]: x for x in cs.get((rung, L.LOG_ELU), [])}.get(r["config"]["seed"])
-            drawn |= {L.LOG_ELU} if partner is not None else set()
-            for ax, (key, label, log) in zip(axes.flat, ONSET_PANELS):
-                xs, ys = _series(r, key, block, "onset_window")
-                ax.plot([x - centre for x in xs], ys, color=_color(L.variant(r)), lw=0.9, alpha=0.8,
-                        ls=RUNG_STYLES.get(rung, "-"))
-                # the same run's regular log around the window: was block 0 already saturated before it?
-                inside = (min(xs), max(xs)) if xs else (centre, centre)
-                xs, ys = _series(r, key, block)
-                keep = [(x - centre, y) for x, y in zip(xs, ys)
-                        if abs(x - centre) <= width and not inside[0] <= x <= inside[1]]
-                if keep:
-                    ax.plot(*zip(*keep), color=_color(L.variant(r)), ls="none", marker=".", ms=4, alpha=0.8)
-                if partner is not None:
-                    xs, ys = _series(partner, key, block)
-                    keep = [(x - centre, y) for x, y in zip(xs, ys) if abs(x - centre) <= width]
-                    if keep:
-                        ax.plot(*zip(*keep), color=_color(L.LOG_ELU), lw=0.9, alpha=0.8, marker=".", ms=3)
-                ax.set_title(label, fontsize=9)
-                ax.set_yscale("log" if log else "linear")
-                ax.axvline(0, color="0.5", lw=0.6, ls=":")
+    if onset:
+        drawn = {L.variant(r) for _, r in onset}
+        partners = {}  # (rung, seed) -> (the log-ELU run, the onset it is aligned on)
+        for rung, r in onset:
+            p = {x["config"]["seed"]: x for x in cs.get((rung, L.LOG_ELU), [])}.get(r["config"]["seed"])
+            if p is not None and L.variant(r) != L.LOG_ELU:
+                partners.setdefault((rung, r["config"]["seed"]), (p, r["collapse"]["onset"]))
+        drawn |= {L.LOG_ELU} if partners else set()
+        groups: dict[tuple, list] = {}  # (rung, variant) -> the aligned runs
+        for rung, r in onset:
+            groups.setdefault((rung, L.variant(r)), []).append((r, r["collapse"]["onset"]))
+        for (rung, _), (p, t0) in sorted(partners.items()):
+            groups.setdefault((rung, L.LOG_ELU), []).append((p, t0))
+        several = len({rung for rung, _ in groups}) > 1
+        for ax, (key, label, log) in zip(axes.flat, ONSET_PANELS):
+            for (rung, v), members in sorted(groups.items()):
+                lines = []
+                for r, t0 in members:
+                    xs, ys = _series(r, key, block)
+                    pts = [(x - t0, y) for x, y in zip(xs, ys) if before is None or x - t0 >= -before]
+                    if len(pts) > 2:
+                        xs, ys = [p[0] for p in pts], rolling_median([p[1] for p in pts], smooth)
+                        ax.plot(xs, ys, color=_color(v), lw=0.6, alpha=0.35, ls=RUNG_STYLES.get(rung, "-"))
+                        lines.append((xs, ys))
+                mx, my = _aligned_median(lines, least=min(2, len(lines)))
+                if mx:
+                    ax.plot(mx, my, color=_color(v), lw=1.8, ls=RUNG_STYLES.get(rung, "-"))
+            ax.set_title(label, fontsize=9)
+            ax.set_yscale("log" if log else "linear")
+            ax.axvline(0, color="0.3", lw=0.8, ls=":")
         for ax in axes[1]:
-            ax.set_xlabel("steps from the first collapsed batch")
-        several = len({rung for rung, _ in windows}) > 1
-        fig.suptitle(f"Around the collapse onset, block {block} ({len(windows)} softmax windows at every step, dots: "
-                     "the same run's regular log; log-ELU: the same seed's regular log"
-                     + (f"; line style = rung: {STYLE_WORDS}" if several else "") + ")", fontsize=10 - several)
+            ax.set_xlabel("steps from the run's collapse onset")
+        n = {v: sum(L.variant(r) == v for _, r in onset) for v in drawn - {L.LOG_ELU}}
+        fig.suptitle("Aligned on each run's collapse onset (dotted line), block " + str(block) + ": "
+                     + ", ".join(f"{k} {L.VARIANT_LABELS[v]} run{'s' * (k != 1)}" for v, k in sorted(n.items()))
+                     + (", and log-ELU on the same seeds over the same steps" if partners else "")
+                     + f"\nthin: each run, rolling median over {smooth} logged steps; bold: the median over runs"
+                     + (f"; line style = rung: {STYLE_WORDS}" if several else ""), fontsize=9)
     else:
-        from heavytail.science.collapse import rolling_median
-
         for (rung, v), rs in sorted(cs.items()):
             for ax, (key, label, log) in zip(axes.flat, ONSET_PANELS):
-                smooth = []
+                lines = []
                 for r in rs:
                     xs, ys = _series(r, key, block)
                     if len(xs) > 2:
                         ys = rolling_median(ys, max(3, len(ys) // 20))
                         ax.plot(xs, ys, color=_color(v), lw=0.5, alpha=0.25, ls=RUNG_STYLES.get(rung, "-"))
-                        smooth.append((xs, ys))
-                if smooth:  # the median over seeds on the shortest common grid of steps
-                    n = min(len(xs) for xs, _ in smooth)
-                    ax.plot(smooth[0][0][:n], np.median([ys[:n] for _, ys in smooth], axis=0), color=_color(v),
+                        lines.append((xs, ys))
+                if lines:  # the median over seeds on the shortest common grid of steps
+                    n = min(len(xs) for xs, _ in lines)
+                    ax.plot(lines[0][0][:n], np.median([ys[:n] for _, ys in lines], axis=0), color=_color(v),
                             lw=1.6, ls=RUNG_STYLES.get(rung, "-"))
                 ax.set_title(label, fontsize=9)
                 ax.set_yscale("log" if log else "linear")
@@ -193,4 +213,51 @@ def onset_figure(runs: Sequence[Mapping], block: int = 0, span: int | None = Non
     if handles:
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
                    bbox_to_anchor=(0.5, -0.04))
+    return fig
+
+
+def window_figure(runs: Sequence[Mapping], block: int = 0, key: str = "attn_absorbed"):
+    """The every-step windows: one row per run whose batch collapsed after a healthy stretch (the window training
+    logs at every step, :func:`heavytail.studies.run_summary.onset_window`), aligned on that first collapsed batch
+    (step 0). Colour: ``block``'s ``key`` at each step (by default the share of rows absorbed, largest weight
+    exactly 1); a black tick marks each step whose batch collapsed. Rows are ordered by rung, variant and seed."""
+    cs = L.ladder_cells(runs)
+    order = {rung.name: i for i, rung in enumerate(L.RUNGS)}
+    rows = sorted(((rung, r) for (rung, v), rs in cs.items() for r in rs
+                   if (r.get("onset_window") or {}).get("center") is not None),
+                  key=lambda t: (order.get(t[0], 99), list(L.VARIANT_LABELS).index(L.variant(t[1]))
+                                 if L.variant(t[1]) in L.VARIANT_LABELS else 99, t[1]["config"]["seed"]))
+    fig, ax = plt.subplots(figsize=(11, 0.9 + 0.24 * max(1, len(rows))), constrained_layout=True)
+    if not rows:
+        ax.text(0.5, 0.5, "no run's batch collapsed after a healthy stretch", ha="center", va="center",
+                transform=ax.transAxes, color="0.5")
+        ax.axis("off")
+        return fig
+    offsets = []
+    for _, r in rows:
+        w = r["onset_window"]
+        offsets += [s - w["center"] for s in w["step"]]
+    lo, hi = min(offsets), max(offsets)
+    grid = np.full((len(rows), hi - lo + 1), np.nan)
+    ticks = []
+    for i, (_, r) in enumerate(rows):
+        w = r["onset_window"]
+        xs, ys = _series(r, key, block, "onset_window")
+        for x, y in zip(xs, ys):
+            grid[i, x - w["center"] - lo] = y
+        ticks += [(s - w["center"], i) for s, c in zip(w["step"], w.get("collapsed_fraction", []))
+                  if isinstance(c, (int, float)) and c > 0.5]
+    label = dict((k, t) for k, t, _ in ONSET_PANELS).get(key, key)
+    im = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", interpolation="nearest", cmap="viridis",
+                   extent=(lo - 0.5, hi + 0.5, len(rows) - 0.5, -0.5), vmin=0,
+                   vmax=1 if key == "attn_absorbed" else None)
+    if ticks:
+        ax.scatter(*zip(*ticks), marker="|", s=40, color="k", lw=1.2)
+    ax.set_yticks(range(len(rows)), [f"{rung} {L.VARIANT_LABELS.get(L.variant(r), '/'.join(L.variant(r)))}, seed "
+                                     f"{r['config']['seed']}" for rung, r in rows], fontsize=7)
+    ax.axvline(0, color="w", lw=0.8, ls=":")
+    ax.set_xlabel("steps from the first collapsed batch after a healthy stretch (every step logged)")
+    fig.colorbar(im, ax=ax, label=f"block {block}: {label}", fraction=0.03, pad=0.01)
+    ax.set_title("The every-step windows: each row one run, aligned on its first collapsed batch after a healthy "
+                 "stretch (black ticks: steps whose batch collapsed; blank: not logged)", fontsize=9)
     return fig
