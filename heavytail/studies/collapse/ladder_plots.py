@@ -142,8 +142,8 @@ def onset_figure(runs: Sequence[Mapping], block: int = 0, before: int | None = N
     drawn = {v for _, v in cs}  # the variants the legend names: those drawn, not every variant of the map
     if onset:
         drawn = {L.variant(r) for _, r in onset}
-        partners = {}  # (rung, seed) -> (the log-ELU run, the onset it is aligned on)
-        for rung, r in onset:
+        partners = {}  # (rung, seed) -> (the log-ELU run, the onset it is aligned on: softmax's, where it has one)
+        for rung, r in sorted(onset, key=lambda t: L.variant(t[1])[0] != "softmax"):
             p = {x["config"]["seed"]: x for x in cs.get((rung, L.LOG_ELU), [])}.get(r["config"]["seed"])
             if p is not None and L.variant(r) != L.LOG_ELU:
                 partners.setdefault((rung, r["config"]["seed"]), (p, r["collapse"]["onset"]))
