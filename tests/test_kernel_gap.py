@@ -129,6 +129,16 @@ def test_run_summary_reads_a_real_run(tmp_path):
     assert G.recorded_variant(summary) == G.variant(summary) == G.SOFTMAX_SDPA
 
 
+def test_training_seconds_adds_the_time_logged_before_a_resume_that_restarted_the_clock():
+    """Runs trained before the clock was carried in the checkpoint restarted it at a resume: the log's seconds drop
+    there, and the time before the drop still counts. A carried clock never drops, so its last value is the total."""
+    resumed = [{"step": 25, "seconds": 10.0}, {"step": 50, "seconds": 20.0}, {"step": 75, "dense": True},
+               {"step": 75, "seconds": 2.0}, {"step": 100, "seconds": 12.0}]
+    assert run_summary.training_seconds(resumed) == pytest.approx(32.0)
+    assert run_summary.training_seconds([{"step": 1, "seconds": 3.0}, {"step": 2, "seconds": 7.5}]) == 7.5
+    assert math.isnan(run_summary.training_seconds([])) and math.isnan(run_summary.training_seconds([{"step": 1}]))
+
+
 def _recorded(run, train, evaluated=None):
     return dict(run, attention={"train": train, "eval": evaluated or train})
 

@@ -96,7 +96,7 @@ def run_summary(run: FinishedRun | str | Path) -> dict[str, Any]:
         "attention": run.attention,
         "hill_band": (results.get("hill") or {}).get("band_miss"),
         "skipped_steps": skipped,
-        "train_seconds": log[-1]["seconds"] if log else math.nan,
+        "train_seconds": training_seconds(log),
         "blocks": blocks,
         "trace": trace,
         **({"stop": {k: summary[k] for k in ("stopped_at", "stop_reason")}} if "stop_reason" in summary else {}),
@@ -104,6 +104,21 @@ def run_summary(run: FinishedRun | str | Path) -> dict[str, Any]:
         **({"trial_collapse": tc} if (tc := trial_collapse(results)) else {}),
         **({"onset_window": onset_window(log, stretch=config.get("dense_log_window") or 1)} if any(row.get("dense") for row in log) else {}),
     }
+
+
+def training_seconds(log: Sequence[Mapping[str, Any]]) -> float:
+    """The training time of the steps a run's log kept, across resumes. Training records the seconds since it
+    started, carried over a resume by the checkpoint; runs trained before that restarted the clock at each resume,
+    so a drop in the series is a resume, and the time logged before it is added to what follows."""
+    total, last, seen = 0.0, 0.0, False
+    for row in log:
+        x = row.get("seconds")
+        if not isinstance(x, (int, float)) or not math.isfinite(x):
+            continue
+        if x < last:  # the clock restarted: a resume under the older training code
+            total += last
+        last, seen = x, True
+    return total + last if seen else math.nan
 
 
 def train_n_records(results: Mapping[str, Any]) -> list[dict[str, Any]]:
