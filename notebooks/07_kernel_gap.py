@@ -143,8 +143,8 @@ stops = [r.get("stop", {}).get("stop_reason") for r in [*select_runs, *converged
 display(Markdown(
     f"Runs so far: {len(select_runs)} selection runs ({sources['gap-converged-select'].describe()}), "
     f"{len(converged_runs)} deciding runs ({sources['gap-converged'].describe()}); of these, "
-    f"{stops.count('converged')} stopped by the rule and {stops.count('cap')} reached the 3,000-step cap.\n\n"
-    + "\n\n".join(f"- {claims.render(f)}" for f in converged_found)))
+    f"{stops.count('converged')} stopped by the rule and {stops.count('cap')} reached the 3,000-step cap (the claims: "
+    "the table above)."))
 
 # %% [markdown]
 # ## Subnormal floats
