@@ -226,6 +226,28 @@ def test_saturated_from_is_the_first_step_from_which_every_later_step_is_absorbe
     assert L.saturated_from({"trace": {}}) is None
 
 
+def test_precursors_compare_the_span_before_each_onset_with_the_first_span_and_pair_log_elu_by_seed():
+    def traced(run, grads):
+        run["trace"] = {"step": [0, 100, 200, 300, 400, 500], "block0.qk_grad_norm": grads,
+                        "block0.attn_absorbed": [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]}
+        return run
+
+    soft = traced(_run(0, collapsed=True), [8.0, 4.0, 2.0, 1e-3, 1e-4, 1e-5])
+    soft["collapse"]["onset"] = 500
+    elu = traced(_run(0, kernel="log_elu", backend="auto"), [2.0, 2.0, 1.0, 0.5, 0.5, 0.5])
+    other = traced(_run(1, kernel="log_elu", backend="auto"), [1.0] * 6)  # no softmax run with an onset
+    found = L.precursors([soft, elu, other], span=200)
+    assert len(found) == 1 and found[0]["seed"] == 0 and found[0]["span"] == 200
+    # the first span holds steps 0-200 (median 4); the span before the onset steps 300-400 (upper median 1e-3)
+    assert found[0]["qk_grad"] == pytest.approx((4.0, 1e-3))
+    assert found[0]["partner"] == pytest.approx((2.0, 0.5))
+    assert found[0]["saturated_from"] == 200
+    table = L.precursor_table(found)
+    assert "200 steps before the onset" in table["notes"] and "1,000" not in table["notes"]
+    assert table["rows"][0]["W_Q/W_K gradient, before the onset / first steps"] == f"{1e-3 / 4.0:.1e}"
+    assert table["rows"][0]["log-ELU, same seed and steps"] == f"{0.5 / 2.0:.1e}"
+
+
 def test_the_onset_figures_legend_names_only_the_variants_it_draws():
     """Notebook 09 passes R1's runs too (exact float32 softmax among them); none has an onset, so the legend of
     the aligned figure must not name them."""

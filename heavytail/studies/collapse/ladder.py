@@ -318,7 +318,7 @@ def precursors(runs: Sequence[Mapping[str, Any]], block: int = 0, span: int = 10
             if (onset := r["collapse"].get("onset")) is None:
                 continue
             p = partners.get(r["config"]["seed"])
-            out.append({"rung": rung, "variant": v, "seed": r["config"]["seed"], "onset": onset,
+            out.append({"rung": rung, "variant": v, "seed": r["config"]["seed"], "onset": onset, "span": span,
                         "saturated_from": saturated_from(r, block),
                         "qk_grad": (_median_between(r, key, 0, span + 1), _median_between(r, key, onset - span, onset)),
                         "partner": None if p is None else (_median_between(p, key, 0, span + 1),
@@ -328,7 +328,7 @@ def precursors(runs: Sequence[Mapping[str, Any]], block: int = 0, span: int = 10
 
 
 def precursor_table(found: Sequence[Mapping[str, Any]], block: int = 0) -> dict[str, Any]:
-    """:func:`precursors` as a table: one row per run with an onset."""
+    """:func:`precursors` as a table: one row per run with an onset; the note states the span they used."""
     def ratio(pair):
         return "n/a" if pair is None or None in pair or not pair[0] else f"{pair[1] / pair[0]:.1e}"
 
@@ -338,9 +338,10 @@ def precursor_table(found: Sequence[Mapping[str, Any]], block: int = 0) -> dict[
              else x["saturated_from"],
              "W_Q/W_K gradient, before the onset / first steps": ratio(x["qk_grad"]),
              "log-ELU, same seed and steps": ratio(x["partner"])} for x in found]
+    spans = ", ".join(f"{s:,}" for s in sorted({x["span"] for x in found})) or "n/a"
     return {"title": f"Before each onset, block {block} (regular log)", "columns": list(rows[0]) if rows else [],
-            "rows": rows, "notes": "gradient: the median norm of the block's W_Q and W_K gradient over the 1,000 steps "
-                                   "before the onset over its median over the first 1,000 steps of training"}
+            "rows": rows, "notes": f"gradient: the median norm of the block's W_Q and W_K gradient over the {spans} "
+                                   f"steps before the onset over its median over the first {spans} steps of training"}
 
 
 def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
