@@ -228,10 +228,9 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 C.NOT_RUN, None, "no seed has both softmax paths")
             out.append(C.make_claim(
                 f"collapse-precision-{rung.name}",
-                f"Softmax's collapse follows its bf16 attention at rung {rung.name}: SDPA in bf16 collapses more "
-                "often than softmax's attention in float32 under the same autocast",
+                f"At {rung.name} softmax through SDPA in bf16 collapses more than through float32 attention",
                 "App. E.4, Sec. 5", "not tested: the paper ran softmax only through FlashAttention in bf16", d,
-                "SDPA (bf16) - float32 attention share of logged steps with a collapsed batch",
+                "bf16 SDPA - float32 softmax, share of logged steps collapsed",
                 map_extent([*soft, *f32]) + f"; rung {rung.name}",
                 "per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in diffs.items()),
                 _decided_by("Precision or kernel", ["onset_aligned"])).to_dict())
