@@ -106,11 +106,17 @@ if before_onset:
     drop = sorted(x["qk_grad"][1] / x["qk_grad"][0] for x in soft if None not in x["qk_grad"])
     other = sorted(x["partner"][1] / x["partner"][0] for x in soft if x["partner"] and None not in x["partner"])
     if soft and drop:
+        span = f"{before_onset[0]['span']:,}"
+        which = {}  # the runs the sentence speaks of, by rung and softmax path
+        for x in before_onset:
+            if x["variant"][0] == "softmax":
+                which.setdefault(f"{x['rung']} {collapse.ladder.VARIANT_LABELS.get(x['variant'], 'softmax')}", []).append(x["seed"])
         display(Markdown(
-            f"**{len(soft)} of {sum(x['variant'][0] == 'softmax' for x in before_onset)} softmax runs with an onset "
-            f"had block 0 absorbed for good {min(x['onset'] - x['saturated_from'] for x in soft)}-"
+            f"**{len(soft)} of {sum(map(len, which.values()))} softmax runs with an onset ("
+            + "; ".join(f"{k} seed{'s' * (len(v) > 1)} {', '.join(map(str, v))}" for k, v in which.items())
+            + f") had block 0 absorbed for good {min(x['onset'] - x['saturated_from'] for x in soft)}-"
             f"{max(x['onset'] - x['saturated_from'] for x in soft)} steps before it, and its W_Q/W_K gradient "
-            f"fell by x{drop[-1]:.0e} to x{drop[0]:.0e} from the first 1,000 steps to the 1,000 before the onset"
+            f"fell by x{drop[-1]:.0e} to x{drop[0]:.0e} from the first {span} steps to the {span} before the onset"
             + (f" (log-ELU over the same steps: x{other[-1]:.0e} to x{other[0]:.0e})" if other else "") + ".**"))
 
 # %% [markdown]
@@ -122,11 +128,11 @@ if before_onset:
 art.save_figure(collapse.ladder_plots.window_figure(runs, block=0), "onset_windows")
 absorbed = collapse.ladder.absorption_before_onset(runs, block=0)
 if absorbed["softmax"]:
-    firsts = [centre for _, _, centre, _ in absorbed["softmax"]]
+    firsts = [centre for *_, centre, _ in absorbed["softmax"]]
     onsets = [x["onset"] for x in before_onset if x["variant"][0] == "softmax"]
     display(Markdown("**Block 0 absorbed (most rows' largest weight exactly 1) before the first collapsed batch:** "
-                     + "; ".join(f"{rung} softmax seed {seed}: {x:.0%} of its logged steps before step {centre}"
-                                 for rung, seed, centre, x in absorbed["softmax"])
+                     + "; ".join(f"{rung} {label} seed {seed}: {x:.0%} of its logged steps before step {centre}"
+                                 for rung, label, seed, centre, x in absorbed["softmax"])
                      + (f". Log-ELU's runs: at most {absorbed['log_elu']:.0%} of their logged steps."
                         if absorbed["log_elu"] is not None else ".")
                      + f" Softmax's first collapsed batch came at steps {min(firsts)}-{max(firsts)}"
@@ -162,7 +168,8 @@ if by_task:
     first = next(iter(by_task.values()))
     display(Markdown(
         "**Collapse by task:** " + "; ".join(
-            f"{collapse.ladder.rung_of(r['config'])} seed {r['config']['seed']}: {t['collapsed']} of {t['n']} trials "
+            f"{collapse.ladder.rung_of(r['config'])} {collapse.ladder.VARIANT_LABELS.get(collapse.ladder.variant(r), 'softmax')} "
+            f"seed {r['config']['seed']}: {t['collapsed']} of {t['n']} trials "
             f"collapsed, the best line agrees with {t['agreement']:.0%} (p = {t['p']:.3g})"
             for r in (*ladder.runs, *small.runs) if (t := by_task.get(r["name"])))
         + f". {first['permutations']} label shuffles per run"

@@ -288,10 +288,13 @@ def test_absorption_before_onset_reads_each_softmax_window_and_log_elus_runs():
         for r in rs:
             centre = (r.get("onset_window") or {}).get("center")
             if v[0] == "softmax" and centre is not None:
-                expected.append((rung, r["config"]["seed"], centre, L.absorbed_share(r, before=centre)))
+                expected.append((rung, L.VARIANT_LABELS[v], r["config"]["seed"], centre,
+                                 L.absorbed_share(r, before=centre)))
             elif v == L.LOG_ELU:
                 logs.append(L.absorbed_share(r))
     assert expected and found["softmax"] == expected
+    # one seed may have two softmax runs on a rung (R3: SDPA in bf16, attention in float32); each line says which
+    assert len({x[:3] for x in found["softmax"]}) == len(found["softmax"])
     assert found["log_elu"] == max(x for x in logs if x is not None)
 
 

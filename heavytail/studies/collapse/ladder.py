@@ -267,14 +267,15 @@ def absorbed_share(run: Mapping[str, Any], block: int = 0, before: int | None = 
 
 def absorption_before_onset(runs: Sequence[Mapping[str, Any]], block: int = 0) -> dict[str, Any]:
     """Was ``block`` already absorbed before softmax's first collapsed batch? ``softmax``: per softmax run with an
-    onset window, (rung, seed, the window's centre step, :func:`absorbed_share` before it); ``log_elu``: the
-    largest :func:`absorbed_share` over log-ELU's runs (None without one)."""
+    onset window, (rung, variant label, seed, the window's centre step, :func:`absorbed_share` before it), the label
+    telling softmax's attention paths apart on one rung; ``log_elu``: the largest :func:`absorbed_share` over
+    log-ELU's runs (None without one)."""
     soft, other = [], []
     for (rung, v), rs in ladder_cells(runs).items():
         for r in rs:
             centre = (r.get("onset_window") or {}).get("center")
             if v[0] == "softmax" and centre is not None and (x := absorbed_share(r, block, centre)) is not None:
-                soft.append((rung, r["config"]["seed"], centre, x))
+                soft.append((rung, VARIANT_LABELS.get(v, "/".join(v)), r["config"]["seed"], centre, x))
             elif v == LOG_ELU and (x := absorbed_share(r, block)) is not None:
                 other.append(x)
     return {"softmax": soft, "log_elu": max(other) if other else None}
