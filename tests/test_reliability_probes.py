@@ -123,6 +123,31 @@ def test_a_grid_resumed_in_a_fresh_folder_ships_with_the_runs_shipped_before(tmp
     assert shipped["provenance"]["complete"] and shipped["provenance"]["kept_from_earlier_ship"] == 2
 
 
+def test_a_grid_file_that_gained_configurations_reships_its_map_before_any_of_them_finished(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """The map keeps every run it held and records the grid's new count, so it agrees with its grid file again;
+    a folder with nothing finished over no shipped runs of the grid is still refused."""
+    out = tmp_path / "kernel_gap_design.json"
+    first = tmp_path / "session-1" / "grid-gap-design"
+    _grid_record(first, "grid-gap-design", str(PARAMS / "grid_gap_design.yaml"), 3)
+    monkeypatch.setattr(run_summary, "collect", lambda grid_dir: _fake_runs(3))
+    assert main(["ship-map", "gap-design", str(first), "--output", str(out)]) == 0
+    before = json.loads(out.read_text())
+    assert before["provenance"]["complete"] and before["provenance"]["configurations"] == 3
+
+    grown = tmp_path / "session-2" / "grid-gap-design"
+    _grid_record(grown, "grid-gap-design", str(PARAMS / "grid_gap_design.yaml"), 5)  # two cells added
+    monkeypatch.setattr(run_summary, "collect", lambda grid_dir: [])
+    assert main(["ship-map", "gap-design", str(grown), "--output", str(out)]) == 0
+    after = json.loads(out.read_text())
+    assert after["runs"] == before["runs"]
+    assert after["provenance"]["configurations"] == 5 and after["provenance"]["finished"] == 3
+    assert not after["provenance"]["complete"] and after["provenance"]["kept_from_earlier_ship"] == 3
+
+    assert main(["ship-map", "gap-design", str(grown), "--output", str(tmp_path / "none.json")]) == 2
+    assert "holds no finished configuration yet" in _one_line(capsys, "ship-map")
+
+
 def test_unshipped_runs_only_the_configurations_the_shipped_map_lacks(tmp_path, capsys, monkeypatch):
     from heavytail.pipeline import grid as G
 

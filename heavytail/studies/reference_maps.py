@@ -7,7 +7,9 @@ dirty tree or from several commits unless told otherwise, and a grid shipped bef
 (``complete`` is false and ``finished`` counts what it holds), so a later session can resume the grid and
 ship again. ``python -m heavytail ship-map NAME GRID_DIR`` is the command. A session whose grid folder is gone
 resumes with ``python -m heavytail grid <grid file> --unshipped`` (only the configurations the map lacks) in a
-fresh folder; shipping that folder keeps the runs the map already holds (:func:`merged_runs`).
+fresh folder; shipping that folder keeps the runs the map already holds (:func:`merged_runs`). A grid file that
+gained configurations is re-shipped the same way before any of them has finished (``grid FILE --list --output DIR``
+writes the folder's record), so the map's count of configurations follows its grid file.
 
 A shipped map is results nobody can recompute cheaply, so shipping never loses one: a map is written only from the
 folder of the grid file it belongs to (the name its ``grid.json`` records against the ``name`` of
@@ -312,10 +314,11 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
     _check_grid(name, grid_dir, record)
     out = Path(output) if output is not None else path_of(name)
     cli.check_writable(out.parent, "the map's folder")
-    runs = collect(grid_dir)
+    # A folder with nothing finished still re-ships a map that holds runs of this grid: after its grid file gained
+    # configurations (an edge extension, select-lr's new cells) the map keeps its runs and records the new count.
+    runs, kept = merged_runs(collect(grid_dir), _shipped_runs(out), [c.get("name") for c in record["configurations"]])
     if not runs:
-        raise ValueError(f"{grid_dir} holds no finished configuration yet")
-    runs, kept = merged_runs(runs, _shipped_runs(out), [c.get("name") for c in record["configurations"]])
+        raise ValueError(f"{grid_dir} holds no finished configuration yet, and the map holds none of its grid's")
     mismatched = path_mismatches(runs)  # a map's readers group runs by the attention path that ran
     if mismatched:
         raise ValueError(f"{len(mismatched)} run(s) of {grid_dir} ran another attention path than their configuration "

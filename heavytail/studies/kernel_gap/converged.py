@@ -245,7 +245,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             + (" (AT AN EDGE: extend the rates before deciding; left out)" if s.edge else "") + "\n")
     header += ("# A variant and N not listed has not finished its selection runs; select-lr adds it once they have\n"
                "# (the cells already here keep their folder names).\n")
-    atomic_write_text(out, header + yaml.safe_dump(decision_grid(selections, template), sort_keys=False))
+    grid = decision_grid(selections, template)
+    atomic_write_text(out, header + yaml.safe_dump(grid, sort_keys=False))
     edges = [s for s in selections if s.edge]
     print(f"wrote {out}: {len(selections) - len(edges)} cells" + (f", {len(edges)} at an edge left out" if edges else ""))
+    if not args.output:  # the shipped stage-2 map counts the grid's configurations: bring it to the new grid file
+        print(f"then re-ship the stage-2 map: python -m heavytail grid {DECIDE_GRID} --list --output DIR, and "
+              f"python -m heavytail ship-map gap-converged DIR/{grid['name']}")
     return 0
