@@ -106,6 +106,17 @@ def test_excess_growth_claim_reads_the_floor_free_statistic():
     assert found["converged-excess-grows"]["seeds"] == len(G.DECIDE_SEEDS)
 
 
+def test_the_scale_a_growth_claim_states_is_the_n_its_slopes_used():
+    """A run at a new N whose log-ELU partner has not finished (stage 2 runs seed by seed) is no part of any slope,
+    so it must not widen the N the claim says decided it."""
+    runs = _deciding(math.log(1.5), np.random.default_rng(5), ns=(256, 1024))
+    runs.append(_run(G.DECIDE_SEEDS[0], 4096, lr=1e-3, train_ratio=3.0))
+    claim = {f["id"]: f for f in G.findings(runs)}["converged-excess-grows"]
+    assert "4096" not in claim["scale"], claim["scale"]
+    runs.append(_run(G.DECIDE_SEEDS[0], 4096, "log_elu", "auto", lr=3e-2, train_ratio=2.0))  # its partner: it counts
+    assert "4096" in {f["id"]: f for f in G.findings(runs)}["converged-excess-grows"]["scale"]
+
+
 def test_excess_growth_rule_false_positive_rate_under_no_growth():
     rng = np.random.default_rng(2)
     hits = sum(G.findings(_deciding(0.0, rng))[0]["verdict"] == C.REPRODUCED for _ in range(M))

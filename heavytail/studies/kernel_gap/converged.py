@@ -170,7 +170,10 @@ def findings(runs: Sequence[Mapping[str, Any]], design_runs: Sequence[Mapping[st
             continue
         for v, tag, short in ((SOFTMAX_SDPA, "", "softmax (SDPA)"), (SOFTMAX_EXACT, "-exact", "exact softmax")):
             d, slopes, left_out = excess_growth(rs, v, min_seeds)
-            used = [r for r in rs if variant(r) in (v, LOG_ELU) and r["config"]["seed"] in slopes]
+            # the scale that decided it: only the (seed, N) pairs a slope used, not a run still waiting for its partner
+            pairs = excess_by_seed(rs, v)
+            used = [r for r in rs if variant(r) in (v, LOG_ELU) and r["config"]["seed"] in slopes
+                    and int(r["config"]["n_points"]) in pairs[r["config"]["seed"]]]
             out.append(C.make_claim(
                 f"{cid}-excess-grows{tag}",
                 f"Floor-free gap grows with N {label}: {short}'s excess over the floor vs log-ELU's",
