@@ -176,7 +176,7 @@ def findings(runs: Sequence[Mapping[str, Any]], design_runs: Sequence[Mapping[st
                     and int(r["config"]["n_points"]) in pairs[r["config"]["seed"]]]
             out.append(C.make_claim(
                 f"{cid}-excess-grows{tag}",
-                f"Floor-free gap grows with N {label}: {short}'s excess over the floor vs log-ELU's",
+                f"Floor-free gap grows with N {label}: {short}'s excess vs log-ELU's",
                 "Sec. 4.2, App. A", paper_gap(), d,
                 f"{short}/log-ELU excess per doubling", map_extent(used),
                 "per-seed x per doubling: " + ", ".join(f"{s}: {math.exp(x):.2f}" for s, x in slopes.items())
