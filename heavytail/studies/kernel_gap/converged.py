@@ -148,9 +148,8 @@ def excess_by_seed(runs: Sequence[Mapping[str, Any]], a, b=LOG_ELU) -> dict[int,
     return out
 
 
-def excess_growth(runs: Sequence[Mapping[str, Any]], a, min_seeds: int) -> tuple[C.Decision, dict[int, float], list]:
-    """Claim (a)'s rule for variant ``a`` against log-ELU: the decision, the per-seed slopes, the seeds left out."""
-    by_seed = excess_by_seed(runs, a)
+def excess_growth(by_seed: Mapping[int, Mapping[int, float]], min_seeds: int) -> tuple[C.Decision, dict[int, float], list]:
+    """Claim (a)'s rule on ``excess_by_seed``'s table: the decision, the per-seed slopes, the seeds left out."""
     slopes = C.per_seed_slopes(by_seed)
     left_out = sorted(s for s, row in by_seed.items() if len(row) >= 2 and s not in slopes)
     return C.growth_rule(list(slopes.values()), min_seeds=min_seeds), slopes, left_out
@@ -169,9 +168,9 @@ def findings(runs: Sequence[Mapping[str, Any]], design_runs: Sequence[Mapping[st
         if cid == "design" and not rs:
             continue
         for v, tag, short in ((SOFTMAX_SDPA, "", "softmax (SDPA)"), (SOFTMAX_EXACT, "-exact", "exact softmax")):
-            d, slopes, left_out = excess_growth(rs, v, min_seeds)
-            # the scale that decided it: only the (seed, N) pairs a slope used, not a run still waiting for its partner
             pairs = excess_by_seed(rs, v)
+            d, slopes, left_out = excess_growth(pairs, min_seeds)
+            # the scale that decided it: only the (seed, N) pairs a slope used, not a run still waiting for its partner
             used = [r for r in rs if variant(r) in (v, LOG_ELU) and r["config"]["seed"] in slopes
                     and int(r["config"]["n_points"]) in pairs[r["config"]["seed"]]]
             out.append(C.make_claim(
