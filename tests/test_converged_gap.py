@@ -148,3 +148,26 @@ def test_subnormal_ab_pairs_by_seed_and_calls_equivalence():
     for r in runs[1::2]:
         r["median"]["ratio"] *= 2
     assert AB.findings(runs)[0]["verdict"] == C.REPRODUCED
+
+
+def _claim(cid, estimate, verdict, seeds=8):
+    return {"id": cid, "estimate": estimate, "low": estimate / 1.5, "high": estimate * 1.5, "verdict": verdict,
+            "seeds": seeds}
+
+
+def test_the_front_page_summary_states_both_recipes_with_their_verdicts_and_intervals():
+    design = [_claim("gap-grows-with-n", 1.29, C.REPRODUCED), _claim("design-excess-grows", 1.31, C.REPRODUCED)]
+    converged = [_claim("converged-excess-grows", 1.03, C.UNDECIDED),
+                 _claim("converged-gap-n1024", 0.9, C.UNDECIDED), _claim("converged-gap-n256", 1.05, C.UNDECIDED),
+                 _claim("converged-gap-n4096", 0.77, C.UNDECIDED, seeds=6)]
+    design_runs = [_run(0, 256, lr=1e-2) | {"config": {**_run(0, 256)["config"], "steps": 300, "lr": 1e-2}}]
+    text = " ".join(G.summary(design, converged, design_runs, [_run(3, 256)]).split())
+    assert "300 steps at lr 0.01" in text and "at most 3000 steps" in text
+    for c in design + converged:
+        assert f"x{C.fmt(c['estimate'])} [{C.fmt(c['low'])}, {C.fmt(c['high'])}]" in text, c["id"]
+    # the paired ratios in order of N, one shared verdict said once with each N's seeds
+    assert text.index("at N = 256") < text.index("at N = 1024") < text.index("at N = 4096")
+    assert f"({C.UNDECIDED}; 8, 8 and 6 seeds)" in text
+    converged[1] = _claim("converged-gap-n1024", 0.9, C.NOT_REPRODUCED)  # verdicts differ: each N says its own
+    text = " ".join(G.summary(design, converged, design_runs, [_run(3, 256)]).split())
+    assert f"at N = 1024 ({C.NOT_REPRODUCED}, 8 seeds)" in text and f"at N = 4096 ({C.UNDECIDED}, 6 seeds)" in text

@@ -62,6 +62,9 @@ def test_the_readme_is_a_front_page():
 def test_every_claims_block_is_printed_from_the_shipped_maps():
     found = {(page, name): text for page, body in PAGES.items() for name, text in BLOCK.findall(body)}
     assert ("README.md", CG.TABLE) in found, "the README has no findings table block"
+    # the kernel gap's first statement is the summary of both recipes, before the table
+    assert ("README.md", CG.GAP_SUMMARY) in found, "the README does not open its findings with the gap summary"
+    assert README.index(f"<!-- claims {CG.GAP_SUMMARY} -->") < README.index("<!-- claims table -->")
     # every headline group whose map is shipped has its sentences in a page (the others are 'not run' rows)
     assert {name for _, name in found} >= {g.name for g in CG.GROUPS if g.headline and CG.decide(g, ROOT) is not None}
     for (page, name), text in found.items():
@@ -74,7 +77,8 @@ def test_every_claims_block_is_printed_from_the_shipped_maps():
 def test_the_findings_table_has_each_shipped_claims_verdict_and_interval():
     """Independently of the table's code: the kernel-gap claims decided on the shipped map, each in a row
     with its verdict and interval."""
-    rows = [line for line in BLOCK.search(README).group(2).splitlines()[2:]]
+    table = next(text for name, text in BLOCK.findall(README) if name == CG.TABLE)
+    rows = table.splitlines()[2:]
     for claim in K.findings(R.load("gap-design", ROOT)["runs"]):
         row = next((r for r in rows if r.startswith(f"| {claim['claim']} |")), None)
         assert row is not None, f"no row for {claim['id']}"

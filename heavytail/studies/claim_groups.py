@@ -25,6 +25,7 @@ import heavytail.studies.phase.diagram as phase_diagram
 from heavytail.studies import claims, reference_maps
 
 TABLE = "table"  # the name under which `claims` prints every headline group as one table
+GAP_SUMMARY = "gap-summary"  # the kernel gap at both recipes in one paragraph: the README's first statement of it
 
 
 @dataclass(frozen=True)
@@ -156,10 +157,25 @@ def list_markdown(found: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(f"- {claims.render(f)}" for f in found)
 
 
+def gap_summary(root: Path | None = None, groups: Sequence[ClaimGroup] = GROUPS) -> str:
+    """:func:`heavytail.studies.kernel_gap.converged.summary` on the shipped design and converged maps."""
+    found = {n: decide(group(n, groups), root) for n in ("gap-design", "gap-design-excess", "gap-converged")}
+    missing = sorted(n for n, f in found.items() if f is None)
+    if missing:
+        raise ValueError(f"{GAP_SUMMARY} needs the shipped maps of {', '.join(missing)}; run their grids and "
+                         "python -m heavytail ship-map")
+    runs = {m: reference_maps.load(m, root)["runs"] for m in ("gap-design", "gap-converged")}
+    return converged_gap.summary(found["gap-design"] + found["gap-design-excess"], found["gap-converged"],
+                                 runs["gap-design"], runs["gap-converged"])
+
+
 def text_of(name: str, root: Path | None = None, groups: Sequence[ClaimGroup] = GROUPS) -> str:
-    """What ``python -m heavytail claims NAME`` prints: the table of every group, or one group's claims."""
+    """What ``python -m heavytail claims NAME`` prints: the table of every group, the kernel gap's summary, or
+    one group's claims."""
     if name == TABLE:
         return table_markdown(groups, root)
+    if name == GAP_SUMMARY:
+        return gap_summary(root, groups)
     g = group(name, groups)
     found = decide(g, root)
     if found is None:
@@ -179,8 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m heavytail claims",
                                      description="Print the claims decided on the shipped reference maps.")
     parser.add_argument("name", nargs="?", default=GROUPS[0].name,
-                        help=f"a claim group ({', '.join(g.name for g in GROUPS)}; default %(default)s), or "
-                             f"{TABLE}: every headline group as one findings table")
+                        help=f"a claim group ({', '.join(g.name for g in GROUPS)}; default %(default)s), "
+                             f"{TABLE}: every headline group as one findings table, or {GAP_SUMMARY}: the kernel "
+                             "gap at both recipes in one paragraph")
     parser.add_argument("--update", metavar="FILE", default=None,
                         help="rewrite the block between '<!-- claims NAME -->' and '<!-- /claims -->' in FILE")
     args = parser.parse_args(argv)

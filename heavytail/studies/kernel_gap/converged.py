@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -201,6 +202,45 @@ def design_findings(design_runs: Sequence[Mapping[str, Any]]) -> list[dict[str, 
     """Claim (c) alone: the floor-free gap's growth on the design map (decided on it whether or not the
     converged map exists)."""
     return [f for f in findings((), design_runs) if f["id"].startswith("design-")]
+
+
+# ------------------------------------------------------------------------------------ the front page
+def _listed(items: Sequence[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def summary(design: Sequence[Mapping[str, Any]], converged: Sequence[Mapping[str, Any]],
+            design_runs: Sequence[Mapping[str, Any]], converged_runs: Sequence[Mapping[str, Any]]) -> str:
+    """The kernel gap at both recipes as one paragraph (the README's first statement of it): the design map's
+    gap and floor-free excess growth, then claims (a) and (b) at convergence, each with its verdict, interval
+    and seeds. ``design`` and ``converged`` are decided claim records (the gap-design, gap-design-excess and
+    gap-converged groups); the runs give each recipe's steps and learning rates."""
+    by_id = {c["id"]: c for c in (*design, *converged)}
+
+    def stated(cid: str, unit: str = "") -> str:
+        c = by_id[cid]
+        return f"x{C.fmt(c['estimate'])}{C.interval_text(c)}{unit} ({c['verdict']}, {c['seeds']} seeds)"
+
+    steps = sorted({int(r["config"]["steps"]) for r in design_runs})
+    lrs = sorted({float(r["config"]["lr"]) for r in design_runs})
+    cap = max(int(r["config"]["steps"]) for r in converged_runs)
+    paired = [by_id[cid] for _, cid in sorted(
+        (int(c["id"].rsplit("-n", 1)[1]), c["id"]) for c in converged if c["id"].startswith("converged-gap-n"))]
+    at_n = [f"x{C.fmt(c['estimate'])}{C.interval_text(c)} at N = {c['id'].rsplit('-n', 1)[1]}" for c in paired]
+    if len({c["verdict"] for c in paired}) == 1:  # one verdict for all: say it once, with each N's seeds
+        ratios = _listed(at_n) + (
+            f" ({paired[0]['verdict']}; {_listed([str(c['seeds']) for c in paired])} seeds)")
+    else:
+        ratios = "; ".join(f"{t} ({c['verdict']}, {c['seeds']} seeds)" for t, c in zip(at_n, paired))
+    per_doubling = " per doubling of the training N"
+    text = (f"**The kernel gap, at both recipes.** At the design recipe (every variant {'/'.join(map(str, steps))} "
+            f"steps at lr {'/'.join(f'{lr:g}' for lr in lrs)}), softmax (SDPA) over log-ELU grows "
+            f"{stated('gap-grows-with-n', per_doubling)}, and so does its floor-free excess over the sampling "
+            f"floor, {stated('design-excess-grows')}. Trained until it stops improving (at most {cap} steps), each "
+            f"variant at its own learning rate chosen on other seeds, the excess grows "
+            f"{stated('converged-excess-grows', ' per doubling')}, and softmax (SDPA) over log-ELU, paired by seed, is "
+            f"{ratios}.")
+    return textwrap.fill(text, width=190, break_long_words=False, break_on_hyphens=False)
 
 
 # ------------------------------------------------------------------------------------ command
