@@ -141,7 +141,7 @@ else:  # until the deciding seeds exist, the selection seeds at their chosen rat
 art.save_figure(kernel_gap.converged_plots.recipes_figure(recipes), "converged_gap_vs_n")
 stops = [r.get("stop", {}).get("stop_reason") for r in [*select_runs, *converged_runs]]
 display(Markdown(
-    f"Runs so far: {len(select_runs)} selection runs ({sources['gap-converged-select'].describe()}), "
+    f"Runs: {len(select_runs)} selection runs ({sources['gap-converged-select'].describe()}), "
     f"{len(converged_runs)} deciding runs ({sources['gap-converged'].describe()}); of these, "
     f"{stops.count('converged')} stopped by the rule and {stops.count('cap')} reached the 3,000-step cap (the claims: "
     "the table above)."))
