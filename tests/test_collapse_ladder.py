@@ -139,6 +139,28 @@ def test_ladder_table_lists_every_cell():
     assert {(r["rung"], r["variant"]) for r in table["rows"]} == {("R2", "softmax (SDPA)"), ("R3", "log-ELU")}
 
 
+def test_ladder_table_lists_each_seeds_values_in_the_order_of_its_seeds():
+    """Per-seed columns line up with the seeds column, whatever order the runs come in."""
+    runs = [_run(2, steps_share=0.1), _run(0, collapsed=True, steps_share=0.7), _run(1, steps_share=0.3)]
+    runs[0]["median"]["ratio"], runs[1]["median"]["ratio"] = 5.0, 130.0
+    (row,) = L.table(runs)["rows"]
+    assert row["seeds"] == "0, 1, 2" and row["runs collapsed"] == "1 of 3"
+    assert row["collapsed batches (share of logged steps, per seed)"] == "0.700, 0.300, 0.100"
+    assert row["onset (step), per seed"] == "3400, none, none"
+    assert row["median ratio (eq. 36), per seed"] == "130, 2, 5"
+
+
+def test_the_ladder_runs_block_prints_both_tables_as_markdown():
+    from heavytail.studies import claim_groups
+
+    text = claim_groups.text_of(claim_groups.LADDER_RUNS)
+    assert text.startswith("**The ladder, per rung and kernel**") and "**Before each onset, block 0" in text
+    header = next(line for line in text.splitlines() if line.startswith("| rung | variant"))
+    width = header.count("|")
+    rows = [line for line in text.split("**Before each onset")[0].splitlines() if line.startswith("| R")]
+    assert rows and all(line.count("|") == width for line in rows)
+
+
 @pytest.mark.parametrize("change, message", [
     ({"precision": "fp8"}, "precision='fp8' is not allowed"),
     ({"kernel": "log_elu", "attention_backend": "sdpa"}, "computes softmax only"),

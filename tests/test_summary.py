@@ -217,6 +217,14 @@ def test_the_comparison_table_renders_the_papers_bold_as_html_not_markdown():
     assert "<td style='padding:2px 8px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top'>3.423</td>" in html_
 
 
+def test_a_table_in_markdown_escapes_pipes_and_keeps_every_column():
+    from heavytail.studies import tables
+
+    text = tables.to_markdown({"title": "T", "columns": ["a", "b|c"], "rows": [{"a": "x|y", "b|c": None}],
+                               "notes": "n"})
+    assert text.splitlines() == ["**T**", "", "| a | b\\|c |", "|---|---|", "| x\\|y | not run |", "", "*n*"]
+
+
 @pytest.mark.parametrize("x, text", [(0.8571, "0.857"), (1.5, "1.50"), (33.214, "33.2"), (9.996, "10.0"),
                                      (100.0, "100"), (0.052, "0.0520"), (1234.0, "1.23e+03"), (0.0, "0")])
 def test_ratios_print_with_three_significant_digits(x, text):

@@ -22,10 +22,11 @@ import heavytail.studies.kernel_gap.converged as converged_gap
 import heavytail.studies.kernel_gap.subnormal_ab as subnormal_ab
 import heavytail.studies.phase.confirm as phase_confirm
 import heavytail.studies.phase.diagram as phase_diagram
-from heavytail.studies import claims, reference_maps
+from heavytail.studies import claims, reference_maps, tables
 
 TABLE = "table"  # the name under which `claims` prints every headline group as one table
 GAP_SUMMARY = "gap-summary"  # the kernel gap at both recipes in one paragraph: the README's first statement of it
+LADDER_RUNS = "ladder-runs"  # the collapse ladder's runs per rung and seed, and what preceded each onset: two tables
 
 
 @dataclass(frozen=True)
@@ -169,13 +170,27 @@ def gap_summary(root: Path | None = None, groups: Sequence[ClaimGroup] = GROUPS)
                                  runs["gap-design"], runs["gap-converged"])
 
 
+def ladder_runs(root: Path | None = None, groups: Sequence[ClaimGroup] = GROUPS) -> str:
+    """The ladder's shipped runs as the two tables of notebook 09 in markdown: per rung and kernel with a value
+    per seed (:func:`heavytail.studies.collapse.ladder.table`), and the precursors of each onset."""
+    g = group("ladder", groups)
+    shipped = [reference_maps.load(m, root) for m in (g.map, *g.also)]
+    if shipped[0] is None:
+        raise ValueError(f"{LADDER_RUNS} needs the shipped map {g.map}; run its grid and python -m heavytail ship-map")
+    runs = [r for m in shipped if m for r in m["runs"]]
+    return (tables.to_markdown(collapse_ladder.table(runs)) + "\n\n"
+            + tables.to_markdown(collapse_ladder.precursor_table(collapse_ladder.precursors(runs))))
+
+
 def text_of(name: str, root: Path | None = None, groups: Sequence[ClaimGroup] = GROUPS) -> str:
-    """What ``python -m heavytail claims NAME`` prints: the table of every group, the kernel gap's summary, or
-    one group's claims."""
+    """What ``python -m heavytail claims NAME`` prints: the table of every group, the kernel gap's summary, the
+    ladder's runs, or one group's claims."""
     if name == TABLE:
         return table_markdown(groups, root)
     if name == GAP_SUMMARY:
         return gap_summary(root, groups)
+    if name == LADDER_RUNS:
+        return ladder_runs(root, groups)
     g = group(name, groups)
     found = decide(g, root)
     if found is None:
@@ -196,8 +211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description="Print the claims decided on the shipped reference maps.")
     parser.add_argument("name", nargs="?", default=GROUPS[0].name,
                         help=f"a claim group ({', '.join(g.name for g in GROUPS)}; default %(default)s), "
-                             f"{TABLE}: every headline group as one findings table, or {GAP_SUMMARY}: the kernel "
-                             "gap at both recipes in one paragraph")
+                             f"{TABLE}: every headline group as one findings table, {GAP_SUMMARY}: the kernel "
+                             f"gap at both recipes in one paragraph, or {LADDER_RUNS}: the collapse ladder's runs "
+                             "per rung and seed")
     parser.add_argument("--update", metavar="FILE", default=None,
                         help="rewrite the block between '<!-- claims NAME -->' and '<!-- /claims -->' in FILE")
     args = parser.parse_args(argv)

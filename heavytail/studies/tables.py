@@ -44,6 +44,20 @@ def records(table: Mapping[str, Any]) -> list[dict[str, str]]:
     return [{c: cell_text(row.get(c)) for c in table["columns"]} for row in table["rows"]]
 
 
+def to_markdown(table: Mapping[str, Any]) -> str:
+    """The table as a markdown table under its title in bold, its notes in italics below (for the pages that
+    embed a printed table, e.g. docs/findings.md)."""
+    def cell(value):
+        return cell_text(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"**{table['title']}**", "", "| " + " | ".join(map(cell, table["columns"])) + " |",
+             "|" + "---|" * len(table["columns"])]
+    lines += ["| " + " | ".join(cell(row.get(c)) for c in table["columns"]) + " |" for row in table["rows"]]
+    if table.get("notes"):
+        lines += ["", f"*{table['notes']}*"]
+    return "\n".join(lines)
+
+
 def to_html(table: Mapping[str, Any]) -> str:
     """An HTML table; bold cells in <b>, missing cells in grey 'not run'."""
     def td(value):

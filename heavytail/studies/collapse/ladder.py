@@ -345,22 +345,23 @@ def precursor_table(found: Sequence[Mapping[str, Any]], block: int = 0) -> dict[
 
 
 def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per rung and variant: seeds, runs labelled collapsed, the median shares and the onsets."""
+    """Per rung and variant: seeds, runs labelled collapsed, and per seed (in the order of ``seeds``) the onset,
+    the share of logged steps with a collapsed batch, the median ratio to the floor and block 0's absorption."""
     rows = []
     for (rung, v), rs in sorted(ladder_cells(runs).items(), key=lambda kv: (kv[0][0], VARIANT_LABELS.get(kv[0][1], ""))):
-        steps = sorted(collapsed_steps(r) for r in rs)
         rows.append({
             "rung": rung, "variant": VARIANT_LABELS.get(v, "/".join(v)),
             "seeds": ", ".join(str(r["config"]["seed"]) for r in rs),
             "steps": ", ".join(sorted({str(r["config"]["steps"]) for r in rs})),
             "runs collapsed": f"{sum(map(_labelled, rs))} of {len(rs)}",
-            "collapsed batches (share of logged steps, per seed)": ", ".join(f"{x:.3f}" for x in steps),
-            "median ratio (eq. 36)": C.fmt(sorted(r["median"]["ratio"] for r in rs)[len(rs) // 2]),
-            "onsets": ", ".join(str(t) for t in onsets(rs).values() if t is not None) or "none",
+            "collapsed batches (share of logged steps, per seed)": ", ".join(f"{collapsed_steps(r):.3f}" for r in rs),
+            "onset (step), per seed": ", ".join("none" if t is None else str(t) for t in onsets(rs).values()),
+            "median ratio (eq. 36), per seed": ", ".join(C.fmt(r["median"]["ratio"]) for r in rs),
             "block 0 absorbed (share of logged steps, per seed)": ", ".join(
                 "n/a" if (x := absorbed_share(r)) is None else f"{x:.2f}" for r in rs),
         })
     return {"title": "The ladder, per rung and kernel", "columns": list(rows[0]) if rows else [], "rows": rows,
             "notes": "collapsed: most evaluation trials' output spread below 5 % of the target's (App. I); onset: "
-                     "the first logged step from which every logged batch is collapsed; absorbed: most rows of block "
-                     "0's attention had one weight of exactly 1 in the working precision"}
+                     "the first logged step from which every logged batch is collapsed; ratio: the median of the "
+                     "model's energy distances over the evaluation trials over the median of the sampling floor's; "
+                     "absorbed: most rows of block 0's attention had one weight of exactly 1 in the working precision"}
