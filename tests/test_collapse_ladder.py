@@ -251,7 +251,8 @@ def test_saturated_from_is_the_first_step_from_which_every_later_step_is_absorbe
 def test_precursors_compare_the_span_before_each_onset_with_the_first_span_and_pair_log_elu_by_seed():
     def traced(run, grads):
         run["trace"] = {"step": [0, 100, 200, 300, 400, 500], "block0.qk_grad_norm": grads,
-                        "block0.attn_absorbed": [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]}
+                        "block0.attn_absorbed": [0.0, 0.0, 1.0, 1.0, 1.0, 1.0],
+                        "collapsed_fraction": [0.0, 1.0, 0.0, 0.0, 1.0, 1.0]}
         return run
 
     soft = traced(_run(0, collapsed=True), [8.0, 4.0, 2.0, 1e-3, 1e-4, 1e-5])
@@ -264,8 +265,10 @@ def test_precursors_compare_the_span_before_each_onset_with_the_first_span_and_p
     assert found[0]["qk_grad"] == pytest.approx((4.0, 1e-3))
     assert found[0]["partner"] == pytest.approx((2.0, 0.5))
     assert found[0]["saturated_from"] == 200
+    assert found[0]["collapsed_before"] == 0.5  # steps 300 and 400: one collapsed batch; the onset's own is after
     table = L.precursor_table(found)
-    assert "200 steps before the onset" in table["notes"] and "1,000" not in table["notes"]
+    assert "the 200 steps before it" in table["notes"] and "1,000" not in table["notes"]
+    assert table["rows"][0]["collapsed batches before the onset (share of logged steps)"] == "0.50"
     assert table["rows"][0]["W_Q/W_K gradient, before the onset / first steps"] == f"{1e-3 / 4.0:.1e}"
     assert table["rows"][0]["log-ELU, same seed and steps"] == f"{0.5 / 2.0:.1e}"
 

@@ -303,12 +303,23 @@ def _median_between(run: Mapping[str, Any], key: str, lo: float, hi: float) -> f
     return ys[len(ys) // 2] if ys else None
 
 
+def _collapsed_between(run: Mapping[str, Any], lo: float, hi: float) -> float | None:
+    """The share of regularly logged steps in [lo, hi) whose batch had most trials collapsed (as
+    :func:`heavytail.studies.kernel_gap.gap.collapsed_steps` counts them); None without a logged step there."""
+    trace = run.get("trace") or {}
+    fr = [f for s, f in zip(trace.get("step", []), trace.get("collapsed_fraction", []))
+          if lo <= s < hi and isinstance(f, (int, float)) and math.isfinite(f)]
+    return sum(f >= 0.5 for f in fr) / len(fr) if fr else None
+
+
 def precursors(runs: Sequence[Mapping[str, Any]], block: int = 0, span: int = 1000) -> list[dict[str, Any]]:
     """Per run with a collapse onset, what its regular log shows before it (rule 5, descriptive): the onset, the
     step from which ``block`` stayed absorbed (:func:`saturated_from`), and the median gradient norm of the block's
     W_Q and W_K over the ``span`` steps before the onset against its median over the first ``span`` steps of
-    training; ``partner``: the same two medians for the log-ELU run of the same rung and seed, over the same steps
-    (None without one)."""
+    training; ``collapsed_before``: the share of logged steps with a collapsed batch over the ``span`` steps before
+    the onset (near 0: an abrupt onset, as in the paper's Fig. 13; near 1: batches collapsing long before every one
+    did); ``partner``: the same two medians for the log-ELU run of the same rung and seed, over the same steps (None
+    without one)."""
     cs = ladder_cells(runs)
     key = f"block{block}.qk_grad_norm"
     out = []
@@ -320,6 +331,7 @@ def precursors(runs: Sequence[Mapping[str, Any]], block: int = 0, span: int = 10
             p = partners.get(r["config"]["seed"])
             out.append({"rung": rung, "variant": v, "seed": r["config"]["seed"], "onset": onset, "span": span,
                         "saturated_from": saturated_from(r, block),
+                        "collapsed_before": _collapsed_between(r, onset - span, onset),
                         "qk_grad": (_median_between(r, key, 0, span + 1), _median_between(r, key, onset - span, onset)),
                         "partner": None if p is None else (_median_between(p, key, 0, span + 1),
                                                            _median_between(p, key, onset - span, onset))})
@@ -336,12 +348,15 @@ def precursor_table(found: Sequence[Mapping[str, Any]], block: int = 0) -> dict[
              "onset (step)": x["onset"],
              f"block {block} absorbed at every later logged step from": "never" if x["saturated_from"] is None
              else x["saturated_from"],
+             "collapsed batches before the onset (share of logged steps)": "n/a" if x.get("collapsed_before") is None
+             else f"{x['collapsed_before']:.2f}",
              "W_Q/W_K gradient, before the onset / first steps": ratio(x["qk_grad"]),
              "log-ELU, same seed and steps": ratio(x["partner"])} for x in found]
     spans = ", ".join(f"{s:,}" for s in sorted({x["span"] for x in found})) or "n/a"
     return {"title": f"Before each onset, block {block} (regular log)", "columns": list(rows[0]) if rows else [],
-            "rows": rows, "notes": f"gradient: the median norm of the block's W_Q and W_K gradient over the {spans} "
-                                   f"steps before the onset over its median over the first {spans} steps of training"}
+            "rows": rows, "notes": f"before the onset: the {spans} steps before it; gradient: the median norm of the "
+                                   f"block's W_Q and W_K gradient over those steps over its median over the first "
+                                   f"{spans} steps of training"}
 
 
 def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
