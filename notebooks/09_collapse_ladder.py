@@ -102,22 +102,7 @@ art.save_figure(collapse.ladder_plots.onset_figure(runs, block=0), "onset_aligne
 before_onset = collapse.ladder.precursors(runs, block=0)
 if before_onset:
     show(collapse.ladder.precursor_table(before_onset, block=0), art, "before_onset")
-    soft = [x for x in before_onset if x["variant"][0] == "softmax" and x["saturated_from"] is not None]
-    drop = sorted(x["qk_grad"][1] / x["qk_grad"][0] for x in soft if None not in x["qk_grad"])
-    other = sorted(x["partner"][1] / x["partner"][0] for x in soft if x["partner"] and None not in x["partner"])
-    if soft and drop:
-        span = f"{before_onset[0]['span']:,}"
-        which = {}  # the runs the sentence speaks of, by rung and softmax path
-        for x in before_onset:
-            if x["variant"][0] == "softmax":
-                which.setdefault(f"{x['rung']} {collapse.ladder.VARIANT_LABELS.get(x['variant'], 'softmax')}", []).append(x["seed"])
-        display(Markdown(
-            f"**{len(soft)} of {sum(map(len, which.values()))} softmax runs with an onset ("
-            + "; ".join(f"{k} seed{'s' * (len(v) > 1)} {', '.join(map(str, v))}" for k, v in which.items())
-            + f") had block 0 absorbed for good {min(x['onset'] - x['saturated_from'] for x in soft)}-"
-            f"{max(x['onset'] - x['saturated_from'] for x in soft)} steps before it, and its W_Q/W_K gradient "
-            f"fell by x{drop[-1]:.0e} to x{drop[0]:.0e} from the first {span} steps to the {span} before the onset"
-            + (f" (log-ELU over the same steps: x{other[-1]:.0e} to x{other[0]:.0e})" if other else "") + ".**"))
+    display(Markdown(f"**{collapse.ladder.precursor_sentence(before_onset, block=0)}**"))
 
 # %% [markdown]
 # Training also logs every step for a few steps before and after a batch that collapses after a healthy stretch.

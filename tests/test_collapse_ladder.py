@@ -273,6 +273,22 @@ def test_precursors_compare_the_span_before_each_onset_with_the_first_span_and_p
     assert table["rows"][0]["log-ELU, same seed and steps"] == f"{0.5 / 2.0:.1e}"
 
 
+def test_the_precursor_sentence_never_counts_an_absorption_after_the_onset_as_before_it():
+    def found(seed, onset, saturated, grads, collapsed_before, rung="R2"):
+        return {"rung": rung, "variant": L.SOFTMAX_SDPA, "seed": seed, "onset": onset, "span": 1000,
+                "saturated_from": saturated, "collapsed_before": collapsed_before, "qk_grad": grads,
+                "partner": (1.0, 0.1)}
+
+    text = L.precursor_sentence([found(1, 5000, 4000, (1.0, 1e-6), 0.6), found(2, 5500, 1500, (2.0, 2e-4), 0.9),
+                                 found(1, 4700, 5500, (1.0, 5e-2), 0.2, rung="R4")])
+    assert text.startswith("3 softmax runs reached an onset (R2 softmax (SDPA) seeds 1, 2; R4 softmax (SDPA) seed 1)")
+    assert "2 of them had block 0 absorbed for good 1,000 to 4,000 steps before it" in text
+    assert "x1e-06 to x1e-04" in text and "log-ELU over the same steps: x1e-01)" in text
+    assert "Block 0 of R4 softmax (SDPA) seed 1 was absorbed for good only after the onset or never." in text
+    assert "0.20 to 0.90" in text and "(the least: R4 softmax (SDPA) seed 1)" in text and "-800" not in text
+    assert L.precursor_sentence([]) == ""
+
+
 def test_the_onset_figures_legend_names_only_the_variants_it_draws():
     """Notebook 09 passes R1's runs too (exact float32 softmax among them); none has an onset, so the legend of
     the aligned figure must not name them."""

@@ -359,6 +359,52 @@ def precursor_table(found: Sequence[Mapping[str, Any]], block: int = 0) -> dict[
                                    f"{spans} steps of training"}
 
 
+def precursor_sentence(found: Sequence[Mapping[str, Any]], block: int = 0) -> str:
+    """One sentence on :func:`precursors`' softmax runs: which had ``block`` absorbed for good before the onset (and
+    how long before), how far their W_Q/W_K gradient fell (log-ELU's over the same steps beside it), which were
+    absorbed for good only after it or never, and the range of collapsed batches before the onsets. Empty without
+    a softmax run with an onset."""
+    soft = [x for x in found if x["variant"][0] == "softmax"]
+    if not soft:
+        return ""
+
+    def names(xs):
+        by: dict[str, list[str]] = {}
+        for x in xs:
+            by.setdefault(f"{x['rung']} {VARIANT_LABELS.get(x['variant'], 'softmax')}", []).append(str(x["seed"]))
+        return "; ".join(f"{k} seed{'s' * (len(v) > 1)} {', '.join(v)}" for k, v in by.items())
+
+    def span_of(values, fmt):
+        values = sorted(values)
+        return fmt(values[0]) if values[0] == values[-1] else f"{fmt(values[0])} to {fmt(values[-1])}"
+
+    span = f"{soft[0]['span']:,}"
+    early = [x for x in soft if x["saturated_from"] is not None and x["saturated_from"] <= x["onset"]]
+    late = [x for x in soft if x not in early]
+    text = f"{len(soft)} softmax runs reached an onset ({names(soft)})."
+    if early:
+        drop = [x["qk_grad"][1] / x["qk_grad"][0] for x in early if None not in x["qk_grad"] and x["qk_grad"][0]]
+        partner = [x["partner"][1] / x["partner"][0] for x in early
+                   if x["partner"] and None not in x["partner"] and x["partner"][0]]
+        text += (f" {len(early)} of them had block {block} absorbed for good "
+                 f"{span_of([x['onset'] - x['saturated_from'] for x in early], lambda v: f'{v:,}')} steps before it")
+        if drop:
+            text += (f", their W_Q/W_K gradient over the {span} steps before it {span_of(drop, lambda v: f'x{v:.0e}')}"
+                     f" of its median over the first {span}")
+            if partner:
+                text += f" (log-ELU over the same steps: {span_of(partner, lambda v: f'x{v:.0e}')})"
+        text += "."
+    if late:
+        text += (f" Block {block} of {names(late)} was absorbed for good only after the onset or "
+                 "never.")
+    shares = [(x["collapsed_before"], x) for x in soft if x.get("collapsed_before") is not None]
+    if shares:
+        low = min(shares, key=lambda p: p[0])[1]
+        text += (f" Batches collapsed on {span_of([v for v, _ in shares], lambda v: f'{v:.2f}')} of the logged "
+                 f"steps in the {span} steps before an onset (the least: {names([low])}).")
+    return text
+
+
 def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Per rung and variant: seeds, runs labelled collapsed, and per seed (in the order of ``seeds``) the onset,
     the share of logged steps with a collapsed batch, the median ratio to the floor and block 0's absorption."""
