@@ -110,10 +110,6 @@ def effect_text(c: Mapping[str, Any]) -> str:
     return f"{c['statistic']}: {value}" if c.get("statistic") else value
 
 
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _shown_in(c: Mapping[str, Any]) -> str:
     """The notebook that decides the claim, with the first figure it names."""
     decided = c.get("decided_by") or {}
@@ -147,10 +143,7 @@ def table_rows(groups: Sequence[ClaimGroup] = GROUPS, root: Path | None = None) 
 
 
 def table_markdown(groups: Sequence[ClaimGroup] = GROUPS, root: Path | None = None) -> str:
-    rows = table_rows(groups, root)
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return tables.markdown_grid(COLUMNS, table_rows(groups, root))
 
 
 def list_markdown(found: Sequence[Mapping[str, Any]]) -> str:

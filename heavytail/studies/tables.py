@@ -44,18 +44,22 @@ def records(table: Mapping[str, Any]) -> list[dict[str, str]]:
     return [{c: cell_text(row.get(c)) for c in table["columns"]} for row in table["rows"]]
 
 
-def to_markdown(table: Mapping[str, Any]) -> str:
-    """The table as a markdown table under its title in bold, its notes in italics below (for the pages that
-    embed a printed table, e.g. docs/findings.md)."""
+def markdown_grid(columns, rows) -> str:
+    """A markdown table: the header ``columns``, then one line per row (a sequence of cells in column order), each
+    cell as :func:`cell_text` writes it with pipes escaped and line breaks flattened."""
     def cell(value):
         return cell_text(value).replace("|", "\\|").replace("\n", " ")
 
-    lines = [f"**{table['title']}**", "", "| " + " | ".join(map(cell, table["columns"])) + " |",
-             "|" + "---|" * len(table["columns"])]
-    lines += ["| " + " | ".join(cell(row.get(c)) for c in table["columns"]) + " |" for row in table["rows"]]
-    if table.get("notes"):
-        lines += ["", f"*{table['notes']}*"]
+    lines = ["| " + " | ".join(map(cell, columns)) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def to_markdown(table: Mapping[str, Any]) -> str:
+    """The table as a markdown table under its title in bold, its notes in italics below (for the pages that
+    embed a printed table, e.g. docs/findings.md)."""
+    grid = markdown_grid(table["columns"], [[row.get(c) for c in table["columns"]] for row in table["rows"]])
+    return f"**{table['title']}**\n\n{grid}" + (f"\n\n*{table['notes']}*" if table.get("notes") else "")
 
 
 def to_html(table: Mapping[str, Any]) -> str:

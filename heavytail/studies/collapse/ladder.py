@@ -303,15 +303,6 @@ def _median_between(run: Mapping[str, Any], key: str, lo: float, hi: float) -> f
     return ys[len(ys) // 2] if ys else None
 
 
-def _collapsed_between(run: Mapping[str, Any], lo: float, hi: float) -> float | None:
-    """The share of regularly logged steps in [lo, hi) whose batch had most trials collapsed (as
-    :func:`heavytail.studies.kernel_gap.gap.collapsed_steps` counts them); None without a logged step there."""
-    trace = run.get("trace") or {}
-    fr = [f for s, f in zip(trace.get("step", []), trace.get("collapsed_fraction", []))
-          if lo <= s < hi and isinstance(f, (int, float)) and math.isfinite(f)]
-    return sum(f >= 0.5 for f in fr) / len(fr) if fr else None
-
-
 def precursors(runs: Sequence[Mapping[str, Any]], block: int = 0, span: int = 1000) -> list[dict[str, Any]]:
     """Per run with a collapse onset, what its regular log shows before it (rule 5, descriptive): the onset, the
     step from which ``block`` stayed absorbed (:func:`saturated_from`), and the median gradient norm of the block's
@@ -331,7 +322,7 @@ def precursors(runs: Sequence[Mapping[str, Any]], block: int = 0, span: int = 10
             p = partners.get(r["config"]["seed"])
             out.append({"rung": rung, "variant": v, "seed": r["config"]["seed"], "onset": onset, "span": span,
                         "saturated_from": saturated_from(r, block),
-                        "collapsed_before": _collapsed_between(r, onset - span, onset),
+                        "collapsed_before": None if math.isnan(c := collapsed_steps(r, onset - span, onset)) else c,
                         "qk_grad": (_median_between(r, key, 0, span + 1), _median_between(r, key, onset - span, onset)),
                         "partner": None if p is None else (_median_between(p, key, 0, span + 1),
                                                            _median_between(p, key, onset - span, onset))})

@@ -176,9 +176,15 @@ def collapsed_fraction_at(run: Mapping[str, Any], at: str = "train") -> float:
     return (run.get("at_train_n") or {}).get("collapse", {}).get("fraction", math.nan)
 
 
-def collapsed_steps(run: Mapping[str, Any]) -> float:
-    """Fraction of logged training steps whose batch had at least half its trials collapsed (NaN if none)."""
-    fr = [f for f in run.get("trace", {}).get("collapsed_fraction", []) if f is not None and math.isfinite(f)]
+def collapsed_steps(run: Mapping[str, Any], lo: float | None = None, hi: float | None = None) -> float:
+    """Fraction of logged training steps (those in [lo, hi) when given) whose batch had at least half its trials
+    collapsed (NaN if none)."""
+    trace = run.get("trace", {})
+    fr = trace.get("collapsed_fraction", [])
+    if lo is not None or hi is not None:
+        lo, hi = -math.inf if lo is None else lo, math.inf if hi is None else hi
+        fr = [f for s, f in zip(trace.get("step", []), fr) if lo <= s < hi]
+    fr = [f for f in fr if f is not None and math.isfinite(f)]
     return sum(f >= 0.5 for f in fr) / len(fr) if fr else math.nan
 
 
