@@ -113,16 +113,16 @@ if before_onset:
 art.save_figure(collapse.ladder_plots.window_figure(runs, block=0), "onset_windows")
 absorbed = collapse.ladder.absorption_before_onset(runs, block=0)
 if absorbed["softmax"]:
+    show(collapse.ladder.absorption_table(absorbed, block=0), art, "absorbed_before_first_collapse")
     firsts = [centre for *_, centre, _ in absorbed["softmax"]]
+    shares = [x for *_, x in absorbed["softmax"]]
     onsets = [x["onset"] for x in before_onset if x["variant"][0] == "softmax"]
-    display(Markdown("**Block 0 absorbed (most rows' largest weight exactly 1) before the first collapsed batch:** "
-                     + "; ".join(f"{rung} {label} seed {seed}: {x:.0%} of its logged steps before step {centre}"
-                                 for rung, label, seed, centre, x in absorbed["softmax"])
-                     + (f". Log-ELU's runs: at most {absorbed['log_elu']:.0%} of their logged steps."
-                        if absorbed["log_elu"] is not None else ".")
-                     + f" Softmax's first collapsed batch came at steps {min(firsts)}-{max(firsts)}"
-                     + (f"; its onsets at steps {min(onsets)}-{max(onsets)}." if onsets
-                        else "; no softmax run collapsed for good.")))
+    display(Markdown(
+        f"**Before its first collapsed batch (steps {min(firsts)}-{max(firsts)}), softmax's block 0 was absorbed on "
+        f"{min(shares):.0%}-{max(shares):.0%} of the logged steps"
+        + (f"; log-ELU's on at most {absorbed['log_elu']:.0%} of theirs" if absorbed["log_elu"] is not None else "")
+        + (f". Its onsets came later, at steps {min(onsets)}-{max(onsets)}.**" if onsets
+           else ". No softmax run collapsed for good.**")))
 recipe = RunConfig.from_dict({k: v for k, v in ladder.runs[0]["config"].items()}) if ladder.runs else None
 if recipe is not None:
     display(Markdown(
@@ -150,15 +150,13 @@ by_task = {r["name"]: collapse.by_task.half_plane_test(*t) for r in runs if r["c
 art.save_figure(collapse.ladder_plots.task_figure(runs, by_task), "collapse_by_task")
 unplaced = sum(r["config"]["kernel"] == "softmax" and r["name"] not in by_task for r in (*ladder.runs, *small.runs))
 if by_task:
-    first = next(iter(by_task.values()))
+    show(collapse.ladder.task_table(runs, by_task), art, "collapse_by_task")
+    mixed = [t for t in by_task.values() if 0 < t["collapsed"] < t["n"]]
     display(Markdown(
-        "**Collapse by task:** " + "; ".join(
-            f"{collapse.ladder.rung_of(r['config'])} {collapse.ladder.VARIANT_LABELS.get(collapse.ladder.variant(r), 'softmax')} "
-            f"seed {r['config']['seed']}: {t['collapsed']} of {t['n']} trials "
-            f"collapsed, the best line agrees with {t['agreement']:.0%} (p = {t['p']:.3g})"
-            for r in (*ladder.runs, *small.runs) if (t := by_task.get(r["name"])))
-        + f". {first['permutations']} label shuffles per run"
-        + (f"; {unplaced} softmax run(s) shipped without per-trial spread ratios." if unplaced else ".")))
+        f"**{len(by_task)} softmax runs placed; {len(mixed)} had both collapsed and healthy trials, and for "
+        f"{sum(t['p'] < 0.05 for t in mixed)} of them a line in the task plane separates the two better than it "
+        f"separates shuffled labels (p < 0.05, uncorrected).**"
+        + (f" {unplaced} softmax run(s) were shipped without per-trial spread ratios." if unplaced else "")))
 
 # %% [markdown]
 # ## Precision or kernel

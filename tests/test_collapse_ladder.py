@@ -289,6 +289,28 @@ def test_the_precursor_sentence_never_counts_an_absorption_after_the_onset_as_be
     assert L.precursor_sentence([]) == ""
 
 
+def test_the_task_figure_shows_runs_with_both_collapsed_and_healthy_trials_first():
+    import matplotlib.pyplot as plt
+
+    from heavytail.studies import reference_maps
+    from heavytail.studies.collapse import ladder_plots
+    from heavytail.studies.collapse.by_task import trials_of
+
+    runs = reference_maps.load("ladder")["runs"]
+    soft = [r for r in runs if r["config"]["kernel"] == "softmax" and L.rung_of(r["config"])
+            and trials_of(r) is not None]
+    mixed = sum(0 < trials_of(r)[1].sum() < trials_of(r)[1].size for r in soft)
+    assert 0 < mixed < len(soft)  # the shipped map has both kinds, so the order matters
+    fig = ladder_plots.task_figure(runs, limit=mixed + 1)
+    try:
+        counts = [ax.get_title().split(": ")[1].split("/") for ax in fig.axes if ax.get_title()]
+        assert len(counts) == mixed + 1
+        assert all(0 < int(a) < int(b) for a, b in counts[:mixed])
+        assert not 0 < int(counts[mixed][0]) < int(counts[mixed][1])
+    finally:
+        plt.close(fig)
+
+
 def test_the_onset_figures_legend_names_only_the_variants_it_draws():
     """Notebook 09 passes R1's runs too (exact float32 softmax among them); none has an onset, so the legend of
     the aligned figure must not name them."""
@@ -325,7 +347,7 @@ def test_absorption_before_onset_reads_each_softmax_window_and_log_elus_runs():
     runs = reference_maps.load("ladder")["runs"]
     found = L.absorption_before_onset(runs)
     expected, logs = [], []
-    for (rung, v), rs in L.ladder_cells(runs).items():
+    for (rung, v), rs in L.ordered_cells(runs):
         for r in rs:
             centre = (r.get("onset_window") or {}).get("center")
             if v[0] == "softmax" and centre is not None:
@@ -337,6 +359,33 @@ def test_absorption_before_onset_reads_each_softmax_window_and_log_elus_runs():
     # one seed may have two softmax runs on a rung (R3: SDPA in bf16, attention in float32); each line says which
     assert len({x[:3] for x in found["softmax"]}) == len(found["softmax"])
     assert found["log_elu"] == max(x for x in logs if x is not None)
+    # the table lists the same runs, one row each, and its note carries log-ELU's largest share
+    table = L.absorption_table(found)
+    assert [(r["rung"], r["kernel"], r["seed"], r["first collapsed batch (step)"]) for r in table["rows"]] == [
+        x[:4] for x in expected]
+    assert [r["block 0 absorbed before it (share of logged steps)"] for r in table["rows"]] == [
+        f"{x[4]:.2f}" for x in expected]
+    assert f"at most {found['log_elu']:.2f}" in table["notes"]
+    assert "no log-ELU run" in L.absorption_table({"softmax": [], "log_elu": None})["notes"]
+
+
+def test_task_table_lists_each_tested_softmax_run_in_rung_and_seed_order():
+    from heavytail.studies import reference_maps
+
+    runs = reference_maps.load("ladder")["runs"]
+    soft = [r for r in runs if L.variant(r) == L.SOFTMAX_SDPA and L.rung_of(r["config"])]
+    tests = {r["name"]: {"collapsed": i, "n": 64, "agreement": 0.5 + i / 100, "p": 1 / (i + 1), "permutations": 99}
+             for i, r in enumerate(reversed(soft))}
+    untested = soft[0]["name"]
+    del tests[untested]
+    table = L.task_table(runs, tests)
+    keys = [(r["rung"], r["seed"]) for r in table["rows"]]
+    assert keys == sorted(keys) and len(keys) == len(tests)  # every tested run once, in rung then seed order
+    row = table["rows"][0]
+    first = next(r for r in soft if r["name"] in tests and (L.rung_of(r["config"]), r["config"]["seed"]) == keys[0])
+    t = tests[first["name"]]
+    assert row["trials collapsed"] == f"{t['collapsed']} of 64" and row["p (label shuffles)"] == f"{t['p']:.3g}"
+    assert "99 label shuffles" in table["notes"]
 
 
 def test_an_onset_window_is_centred_on_a_collapse_after_a_healthy_stretch_never_on_a_collapsed_start():

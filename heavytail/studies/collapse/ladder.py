@@ -132,6 +132,11 @@ def ladder_cells(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, tuple[str
     return {k: sorted(v, key=lambda r: r["config"]["seed"]) for k, v in out.items()}
 
 
+def ordered_cells(runs: Sequence[Mapping[str, Any]]) -> list[tuple[tuple[str, tuple[str, str]], list[Mapping[str, Any]]]]:
+    """:func:`ladder_cells` in the order every table lists them: by rung, then by the variant's label."""
+    return sorted(ladder_cells(runs).items(), key=lambda kv: (kv[0][0], VARIANT_LABELS.get(kv[0][1], "")))
+
+
 def _labelled(run: Mapping[str, Any]) -> bool:
     return run["collapse"]["label"] == "collapse"
 
@@ -271,7 +276,7 @@ def absorption_before_onset(runs: Sequence[Mapping[str, Any]], block: int = 0) -
     telling softmax's attention paths apart on one rung; ``log_elu``: the largest :func:`absorbed_share` over
     log-ELU's runs (None without one)."""
     soft, other = [], []
-    for (rung, v), rs in ladder_cells(runs).items():
+    for (rung, v), rs in ordered_cells(runs):
         for r in rs:
             centre = (r.get("onset_window") or {}).get("center")
             if v[0] == "softmax" and centre is not None and (x := absorbed_share(r, block, centre)) is not None:
@@ -279,6 +284,39 @@ def absorption_before_onset(runs: Sequence[Mapping[str, Any]], block: int = 0) -
             elif v == LOG_ELU and (x := absorbed_share(r, block)) is not None:
                 other.append(x)
     return {"softmax": soft, "log_elu": max(other) if other else None}
+
+
+def absorption_table(absorbed: Mapping[str, Any], block: int = 0) -> dict[str, Any]:
+    """:func:`absorption_before_onset` as a table: one row per softmax run with a first collapsed batch after a
+    healthy stretch; the note gives log-ELU's largest share for comparison."""
+    rows = [{"rung": rung, "kernel": label, "seed": seed, "first collapsed batch (step)": centre,
+             f"block {block} absorbed before it (share of logged steps)": f"{x:.2f}"}
+            for rung, label, seed, centre, x in absorbed["softmax"]]
+    other = absorbed.get("log_elu")
+    return {"title": f"Block {block} absorbed before softmax's first collapsed batch",
+            "columns": list(rows[0]) if rows else [], "rows": rows,
+            "notes": "first collapsed batch: the first logged batch that collapsed after a healthy stretch (the "
+                     "centre of the run's every-step window); absorbed: most rows' largest weight exactly 1; "
+                     + ("log-ELU's runs: at most " + f"{other:.2f}" + " of their logged steps"
+                        if other is not None else "no log-ELU run logged its attention")}
+
+
+def task_table(runs: Sequence[Mapping[str, Any]], tests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per softmax run that kept its trials' task parameters, in rung, variant and seed order: trials collapsed
+    and the best line's agreement with its permutation p-value (``tests`` by run name,
+    :func:`heavytail.studies.collapse.by_task.half_plane_test`)."""
+    rows = []
+    for (rung, v), rs in ordered_cells(runs):
+        for r in rs:
+            if (t := tests.get(r["name"])) is not None:
+                rows.append({"rung": rung, "kernel": VARIANT_LABELS.get(v, "/".join(v)), "seed": r["config"]["seed"],
+                             "trials collapsed": f"{t['collapsed']} of {t['n']}",
+                             "best line agrees": f"{t['agreement']:.0%}", "p (label shuffles)": f"{t['p']:.3g}"})
+    perms = sorted({t["permutations"] for t in tests.values()})
+    return {"title": "Collapse by task: does a line in the task plane separate collapsed trials from healthy ones?",
+            "columns": list(rows[0]) if rows else [], "rows": rows,
+            "notes": f"{', '.join(map(str, perms)) or 'no'} label shuffles per run, one test per run, uncorrected; "
+                     "p = 1 where a run's trials are all collapsed or all healthy (nothing to separate)"}
 
 
 def saturated_from(run: Mapping[str, Any], block: int = 0) -> int | None:
@@ -400,7 +438,7 @@ def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Per rung and variant: seeds, runs labelled collapsed, and per seed (in the order of ``seeds``) the onset,
     the share of logged steps with a collapsed batch, the median ratio to the floor and block 0's absorption."""
     rows = []
-    for (rung, v), rs in sorted(ladder_cells(runs).items(), key=lambda kv: (kv[0][0], VARIANT_LABELS.get(kv[0][1], ""))):
+    for (rung, v), rs in ordered_cells(runs):
         rows.append({
             "rung": rung, "variant": VARIANT_LABELS.get(v, "/".join(v)),
             "seeds": ", ".join(str(r["config"]["seed"]) for r in rs),

@@ -66,16 +66,18 @@ def collapse_figure(runs: Sequence[Mapping]):
     return fig
 
 
-def task_figure(runs: Sequence[Mapping], tests: Mapping[str, Mapping] | None = None, limit: int = 8):
+def task_figure(runs: Sequence[Mapping], tests: Mapping[str, Mapping] | None = None, limit: int = 12):
     """Each softmax run's evaluation trials at their task parameters (omega_T[0], omega_T[1]), collapsed ones
-    marked: one panel per run that kept them (at most ``limit``), titled with its rung, seed and, from ``tests``
+    marked: one panel per run that kept them (at most ``limit``; runs with both collapsed and healthy trials
+    first, in rung and seed order), titled with its rung, seed and, from ``tests``
     (by run name, :func:`heavytail.studies.collapse.by_task.half_plane_test`), the best line's agreement."""
     from heavytail.science.operators import OMEGA_T_RANGES
     from heavytail.studies.collapse.by_task import trials_of
 
-    cs = L.ladder_cells(runs)
-    shown = [(rung, r) for (rung, v), rs in sorted(cs.items()) if v[0] == "softmax" for r in rs
-             if trials_of(r) is not None][:limit]
+    placed = [(rung, r) for (rung, v), rs in L.ordered_cells(runs) if v[0] == "softmax" for r in rs
+              if trials_of(r) is not None]
+    # Runs with both collapsed and healthy trials first: only they can show where in the family collapse lies.
+    shown = sorted(placed, key=lambda x: not (0 < trials_of(x[1])[1].sum() < trials_of(x[1])[1].size))[:limit]
     cols = max(1, min(4, len(shown)))
     rows = max(1, -(-len(shown) // cols))
     fig, axes = plt.subplots(rows, cols, figsize=(2.9 * cols, 2.9 * rows + 0.4), constrained_layout=True,
