@@ -297,8 +297,8 @@ def absorption_table(absorbed: Mapping[str, Any], block: int = 0) -> dict[str, A
             "columns": list(rows[0]) if rows else [], "rows": rows,
             "notes": "first collapsed batch: the first logged batch that collapsed after a healthy stretch (the "
                      "centre of the run's every-step window); absorbed: most rows' largest weight exactly 1; "
-                     + ("log-ELU's runs: at most " + f"{other:.2f}" + " of their logged steps"
-                        if other is not None else "no log-ELU run logged its attention")}
+                     + (f"log-ELU's runs: at most {other:.2f} of their logged steps" if other is not None
+                        else "no log-ELU run logged its attention")}
 
 
 def task_table(runs: Sequence[Mapping[str, Any]], tests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -74,10 +74,10 @@ def task_figure(runs: Sequence[Mapping], tests: Mapping[str, Mapping] | None = N
     from heavytail.science.operators import OMEGA_T_RANGES
     from heavytail.studies.collapse.by_task import trials_of
 
-    placed = [(rung, r) for (rung, v), rs in L.ordered_cells(runs) if v[0] == "softmax" for r in rs
-              if trials_of(r) is not None]
+    placed = [(rung, r, flags) for (rung, v), rs in L.ordered_cells(runs) if v[0] == "softmax" for r in rs
+              if (t := trials_of(r)) is not None for flags in [t[1]]]
     # Runs with both collapsed and healthy trials first: only they can show where in the family collapse lies.
-    shown = sorted(placed, key=lambda x: not (0 < trials_of(x[1])[1].sum() < trials_of(x[1])[1].size))[:limit]
+    shown = [(rung, r) for rung, r, flags in sorted(placed, key=lambda x: not 0 < x[2].sum() < x[2].size)][:limit]
     cols = max(1, min(4, len(shown)))
     rows = max(1, -(-len(shown) // cols))
     fig, axes = plt.subplots(rows, cols, figsize=(2.9 * cols, 2.9 * rows + 0.4), constrained_layout=True,
