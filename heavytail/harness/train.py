@@ -35,6 +35,7 @@ from tqdm import tqdm  # plain bars: tqdm.auto needs ipywidgets in a notebook an
 
 from heavytail import cli
 from heavytail.science.collapse import batch_collapsed, collapsed, spread_ratio
+from heavytail.harness import cpu_bf16
 from heavytail.harness.config import RunConfig
 from heavytail.io import COMPLETE, atomic_torch_save, atomic_write_text, dumps_json, is_complete, read_jsonl, save_json
 from heavytail.harness.rundir import RunDir, config_differences
@@ -148,6 +149,8 @@ def precision_record(device: torch.device, autocast_dtype: torch.dtype | None) -
         "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "subnormals_flushed": subnormals_flushed(),
+        # bf16 matmuls on a CPU without native support take another path (slower, possibly rounded differently)
+        "cpu_native_bf16": cpu_bf16.native() if device.type == "cpu" else None,
     }
 
 
@@ -512,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = RunConfig.from_yaml(args.config, **overrides) if args.config else RunConfig.from_dict(overrides)
         if args.stop_after is not None and args.stop_after < 1:
             raise ValueError(f"--stop-after {args.stop_after} is not allowed; it must be a positive number of steps")
-        if resolve_device(cfg).type == "cpu":  # GPU memory is the device's own; only the CPU's is estimated here
+        on_cpu = resolve_device(cfg).type == "cpu"
+        if on_cpu:  # GPU memory is the device's own; only the CPU's is estimated here
             from heavytail.harness import memory  # noqa: PLC0415
 
             memory.check(cfg)
@@ -520,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
             _check_config(Path(args.output), cfg)  # a folder of another run: refused before any work
     except (*cli.BAD_INPUT, RuntimeError) as err:
         return cli.bad_input("train", err)
+    if on_cpu and cfg.precision == "bf16" and not is_complete(args.output):
+        if (warning := cpu_bf16.slow_bf16_warning(1)) is not None:
+            print(f"[train] warning: {warning}", file=sys.stderr, flush=True)
     train(cfg, args.output, quiet=args.quiet, stop_after=args.stop_after)
     state = "complete" if is_complete(args.output) else "paused (resume by running the same command)"
     print(f"{args.output}: {state}")

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from heavytail import cli
-from heavytail.harness import memory
+from heavytail.harness import cpu_bf16, memory
 from heavytail.harness.artifacts import repo_root
 from heavytail.harness.rundir import RunDir, config_differences
 from heavytail.io import save_json
@@ -130,6 +130,8 @@ def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpe
     log(f"{spec.name}: {len(spec.configs)} configurations, {n_skip} finished earlier, {to_run} "
         f"({executor}, {workers if executor != 'slurm' else spec.slurm.array_parallelism} at once, "
         f"{threads} threads each) -> {grid_dir}")
+    if executor != "slurm" and todo:  # a SLURM node's processor is not known from here
+        _warn_cpu_bf16(spec, {job.name for _, job in todo})
 
     try:
         if executor == "slurm" and (todo or earlier):
@@ -179,6 +181,16 @@ def _check_memory(spec: GridSpec, executor: str) -> None:
             why = memory.refusal(cfg, limit, where)
             if why:
                 raise ValueError(f"grid {spec.name!r}: {name}: {why}")
+
+
+def _warn_cpu_bf16(spec: GridSpec, names: set[str]) -> None:
+    """One warning line when configurations about to train on this machine's CPU run under bf16 autocast and the
+    CPU has no native bf16 matmuls (:mod:`heavytail.harness.cpu_bf16`): they still run, many times slower."""
+    on_cpu = not Path("/proc/driver/nvidia").exists()
+    n = sum(1 for cfg, name in zip(spec.configs, spec.names) if name in names and cfg.precision == "bf16"
+            and (cfg.device == "cpu" or (cfg.device == "auto" and on_cpu)))
+    if (warning := cpu_bf16.slow_bf16_warning(n)) is not None:
+        log(f"warning: {warning}")
 
 
 def _check_run_folders(spec: GridSpec, jobs: Sequence[ConfigurationJob]) -> None:
