@@ -147,6 +147,30 @@ def test_the_subnormal_benchmark_pairs_modes_on_the_same_batches_and_restores_th
     assert (tiny * 1.0).item() != 0.0  # the process is back in the default mode: subnormals kept
 
 
+def test_the_ladder_logging_benchmark_times_the_ladders_cells_with_and_without_the_onset_watch():
+    import bench_ladder_logging as B
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        res = B.measure("R4", rounds=2, warmup=0, threads=1, n_points=32, d_model=8, n_blocks=2, d_ff=16)
+    finally:
+        torch.set_num_threads(before)
+    # R4's cells of the ladder's grid file, by kernel and backend, under bf16 autocast with symlog
+    assert [r["cell"] for r in res["rows"]] == ["softmax-sdpa", "log_elu-auto"]
+    for r in res["rows"]:
+        assert r["config"]["precision"] == "bf16" and r["config"]["symlog"] is True and r["config"]["n_blocks"] == 2
+        assert set(r["summary"]) == set(B.MODES) and r["summary"]["plain"]["ratio"] == 1.0
+        assert all(len(r["steps"][m]["wall"]) == 2 for m in B.MODES)
+        assert set(r["statistics_per_step_s"]) == {"weights", "max_abs_score", "spectral_norm"}
+    # the tracked step is the training loop's: one dict of statistics per block, gradient norms included
+    cfg = B.ladder_configs("R2", n_points=32, d_model=8, n_blocks=2, d_ff=16)["softmax-sdpa"]
+    stepper, stats = B._Tracked(cfg), []
+    x, y = B.draw_batch(stepper.bench, cfg, stepper.gen, stepper.device)
+    B.training_step(stepper.model, stepper.optimizer, x, y, cfg, stepper.device, B.energy_distance, stats)
+    assert len(stats) == 2 and {"max_abs_score", "qk_spectral_norm", "qk_grad_norm"} <= set(stats[0])
+
+
 def test_the_results_index_lists_every_record_kept_and_every_cited_record_is_kept():
     index = (ROOT / "benchmarks" / "results" / "INDEX.md").read_text()
     assert index == _bench.results_index(), "rewrite benchmarks/results/INDEX.md with _bench.results_index()"
@@ -154,7 +178,7 @@ def test_the_results_index_lists_every_record_kept_and_every_cited_record_is_kep
 
     docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     # a record's name starts a word (`phase_fixed_weight.json` under outputs/reference/ is no benchmark record)
-    cited = set(re.findall(r"(?<![\w/])((?:compare|train_cpu|attention_cpu|profile|flash|subnormals|weight)[\w.-]*"
+    cited = set(re.findall(r"(?<![\w/])((?:compare|train_cpu|attention_cpu|profile|flash|subnormals|weight|ladder_logging)[\w.-]*"
                            r"\.(?:md|json))`", docs))
     assert cited, "the docs cite no benchmark record"
     missing = sorted(c for c in cited if not (ROOT / "benchmarks" / "results" / c).is_file())
