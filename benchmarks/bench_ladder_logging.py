@@ -29,6 +29,7 @@ import _bench
 import torch
 
 from bench_train_cpu import _Stepper
+from heavytail.harness import cpu_bf16
 from heavytail.harness.train import draw_batch, float32_matmuls, subnormals, training_step
 from heavytail.pipeline.grid_file import GridSpec
 from heavytail.science.attention import attention_weights, max_abs_score
@@ -107,11 +108,16 @@ def measure(rung: str, rounds: int, warmup: int, threads: int, **overrides) -> d
             "statistics_per_step_s": {p: n_blocks * statistics.median(t["wall"]) for p, t in parts.items()},
         })
         print(f"{name}: done", file=sys.stderr, flush=True)
-    return {"rung": rung, "threads": threads, "rounds": rounds, "rows": rows}
+    # what a bf16 rung's cost rests on: whether this CPU's bf16 matmuls are native, and the two rates
+    return {"rung": rung, "threads": threads, "rounds": rounds, "rows": rows, "cpu_native_bf16": cpu_bf16.native(),
+            "matmul_rates": {"size": 512, **cpu_bf16.matmul_rates(size=512)}}
 
 
 def table(result: dict) -> str:
-    lines = [f"ladder rung {result['rung']}, {result['threads']} thread(s), {result['rounds']} rounds; wall s per step",
+    m = result["matmul_rates"]
+    lines = [f"native bf16 matmuls: {result['cpu_native_bf16']}; a {m['size']}^3 matmul: {m['float32_gflops']:.1f} GFLOP/s "
+             f"in float32, {m['bf16_gflops']:.1f} in bf16",
+             f"ladder rung {result['rung']}, {result['threads']} thread(s), {result['rounds']} rounds; wall s per step",
              f"{'cell':<16} {'plain s':>8} {'tracked s':>9} {'tracked/plain':>13} {'(cpu)':>6}   "
              "statistics per step, all blocks: weights / max|S| / spectral norm (s)"]
     for r in result["rows"]:

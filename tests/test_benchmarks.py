@@ -163,6 +163,7 @@ def test_the_ladder_logging_benchmark_times_the_ladders_cells_with_and_without_t
         assert set(r["summary"]) == set(B.MODES) and r["summary"]["plain"]["ratio"] == 1.0
         assert all(len(r["steps"][m]["wall"]) == 2 for m in B.MODES)
         assert set(r["statistics_per_step_s"]) == {"weights", "max_abs_score", "spectral_norm"}
+    assert res["matmul_rates"]["bf16_gflops"] > 0 and res["cpu_native_bf16"] in (True, False, None)
     # the tracked step is the training loop's: one dict of statistics per block, gradient norms included
     cfg = B.ladder_configs("R2", n_points=32, d_model=8, n_blocks=2, d_ff=16)["softmax-sdpa"]
     stepper, stats = B._Tracked(cfg), []

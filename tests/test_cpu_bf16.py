@@ -57,3 +57,14 @@ def test_train_warns_before_a_bf16_run_on_such_a_cpu_and_still_trains_it(tmp_pat
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[train] warning:")]
     assert len(err) == 1 and "1 run under bf16 autocast" in err[0] and "x slower" in err[0], err
     assert is_complete(out)
+
+
+def test_every_provenance_entry_names_the_processors_arithmetic_features():
+    from pathlib import Path
+
+    from heavytail.harness import provenance
+
+    flags = next(line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("flags"))
+    entry = provenance.record()
+    assert entry["cpu_features"] == [f for f in provenance.CPU_FEATURES if f in flags]

@@ -37,6 +37,24 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# The instruction sets that decide which arithmetic paths torch and the C++ flash loop take, and whether bf16
+# matmuls are native (AVX512 with BF16, or AMX) or run many times slower; the model name alone does not tell
+# processors apart (two machines that both read "AMD EPYC" differed by 15x on a bf16 training step).
+CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")
+
+
+def cpu_features() -> list[str]:
+    """Which of :data:`CPU_FEATURES` this processor has (its ``flags`` line in /proc/cpuinfo); [] where unreadable."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return [f for f in CPU_FEATURES if f in flags]
+    except OSError:
+        pass
+    return []
+
+
 def machine() -> str:
     return f"{socket.gethostname()}: {os.cpu_count()} cores, {cpu_model()}, {platform.platform()}"
 
@@ -57,11 +75,11 @@ def code_state(root: Path = PACKAGE_ROOT, *paths: str, untracked: bool = False) 
 
 
 def record() -> dict[str, Any]:
-    """One provenance entry: commit, dirty, torch, python, machine, date."""
+    """One provenance entry: commit, dirty, torch, python, machine, the processor's arithmetic features, date."""
     import torch
 
     return {**code_state(), "torch": torch.__version__, "python": platform.python_version(),
-            "machine": machine(), "date": now()}
+            "machine": machine(), "cpu_features": cpu_features(), "date": now()}
 
 
 def check_shippable(entries: Sequence[Mapping[str, Any]], *, allow_dirty: bool = False,
