@@ -3,8 +3,9 @@
 Under bf16 autocast (the paper's precision for softmax, App. E.4) every linear layer's matmul runs in bf16. On the
 CPU, oneDNN does that natively where the processor has AVX512-BF16 or AMX; elsewhere (AVX2-only processors, many
 AMD EPYCs among them) torch takes a reference path that is tens of times slower than float32, so a bf16 run that
-takes an hour on one machine takes a day on the other (``benchmarks/bench_ladder_logging.py`` records both). The
-two paths may also round differently, so the machine that trained a bf16 run is part of its record.
+takes an hour on one machine takes most of a day on the other (``benchmarks/bench_ladder_logging.py`` records a
+ladder step on such a CPU). The two paths may also round differently, so which one trained a run is part of its
+record.
 """
 
 from __future__ import annotations
