@@ -71,16 +71,9 @@ def decided_at(claim):
 
 found = [claims.decided_on([f], decided_at(f))[0] for f in collapse.ladder.findings(runs)]
 decided = [f for f in found if f["id"].startswith("paper-collapse-")]
-collapsed_at = list(dict.fromkeys(f["id"].rsplit("-", 1)[1] for f in decided if f["verdict"] == claims.REPRODUCED))
-if collapsed_at:
-    headline = f"The paper's collapse appears at rung {', '.join(collapsed_at)}."
-elif decided:
-    headline = ("The paper's collapse appears at no rung run so far (" + ", ".join(
-        f"{f['id'].rsplit('-', 1)[1]}: {f['verdict']}, {f['seeds']} seeds" for f in decided) + ").")
-else:
-    headline = "The collapse ladder has not been shipped yet."
-display(Markdown(f"**{headline}** The rungs, claims and what decided each follow; the last section says it in plain "
-                 "words."))
+headline = collapse.ladder.summary(found, runs)  # printed from the claims: where it appears, then rung by rung
+display(Markdown(collapse.ladder.summary(found, runs, markdown=True) + " The rungs, claims and what decided each "
+                 "follow; the last section says it in plain words."))
 show(claims.claims_table(found, f"Collapse-ladder claims ({ladder.label})"), art, "findings")
 _ = art.save_table("claims.json", found)  # the landing page lists these
 show(collapse.ladder.table(runs), art, "ladder_cells")
@@ -177,5 +170,5 @@ display(Markdown("\n\n".join(f"- {claims.render(f)}" for f in precision) or (
 
 # %%
 model = [f for f in found if f["id"].startswith("collapse-model-")]  # rule 7: the model or the length?
-display(Markdown("\n\n".join([f"**{headline}**"] + [claims.render(f) for f in decided + model])))
+display(Markdown("\n\n".join(claims.render(f) for f in decided + model)))
 art.conclude(headline, figure="onset_aligned")

@@ -503,3 +503,28 @@ def test_the_ladder_group_reads_the_r1b_map_with_its_own(tmp_path):
               ref / "collapse_ladder_small.json")
     found = {c["id"]: c for c in claim_groups.decide(g, tmp_path)}
     assert found["collapse-model-R2"]["verdict"] == C.REPRODUCED
+
+
+def test_the_summary_says_where_the_collapse_appears_and_each_rungs_verdict_with_its_counts():
+    runs = [_run(s, collapsed=True, steps_share=0.5) for s in range(6)]
+    runs += [_run(s, kernel="log_elu", backend="auto") for s in range(6)]
+    runs += [_run(s, precision="bf16", collapsed=s < 4, steps_share=0.3 + 0.05 * s) for s in range(6)]
+    runs += [_run(s, kernel="log_elu", backend="auto", precision="bf16", collapsed=s == 5) for s in range(6)]
+    runs += [_run(s, precision="bf16", symlog=True, collapsed=s == 1) for s in range(3)]
+    runs += [_run(s, kernel="log_elu", backend="auto", precision="bf16", symlog=True) for s in range(3)]
+    found = L.findings(runs)
+    text = L.summary(found, runs, markdown=True)
+    assert text.startswith("**The paper's collapse (Tables 5-6) appears at rung R2 of the collapse ladder**")
+    r2, r3, r4 = (text.split(f"{r} (")[1].split(";")[0] for r in ("R2", "R3", "R4"))
+    assert "reproduced, 6 of 6 softmax (SDPA) runs labelled collapsed [0.541, 1], log-ELU 0 of 6" in r2
+    # R3: the rate rule cannot decide 4 of 6, but every seed's graded difference is positive
+    assert r3.startswith("bf16 autocast): undecided at this power, 4 of 6") and "log-ELU 1 of 6" in r3
+    assert "seed by seed (reproduced)" in r3
+    assert "1 of 3 softmax" in r4 and "(3 seeds, where the rule needs 6)" in r4
+    # nothing reproduced: the lead says so, and no bold without markdown
+    healthy = [r for r in runs if not (r["config"]["precision"] == "float32" and r["config"]["kernel"] == "softmax")]
+    healthy += [_run(s) for s in range(6)]
+    plain = L.summary(L.findings(healthy), healthy)
+    assert plain.startswith("The paper's collapse (Tables 5-6) appears at no rung of the collapse ladder run so far")
+    assert "R2 (Table 3's model, float32): not reproduced, 0 of 6" in plain
+    assert L.summary([], []) == "The collapse ladder has not been shipped yet."

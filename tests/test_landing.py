@@ -99,3 +99,24 @@ def test_a_one_seed_claim_written_as_strict_json_renders(tmp_path):
     page = render_landing(tmp_path, "t", results, None, True, ROOT)
     assert "inf" not in page.lower().replace("info", "")
     assert page.count("no interval from one seed") >= len(one_seed) > 0
+
+
+def test_each_claims_notebooks_conclusion_comes_before_the_figure_and_the_table(tmp_path):
+    """A notebook that decided claims far down the table (the ladder's are rows 40-50 of the real report) still says
+    its finding at the top: its conclusion, linked to its page, ahead of the headline figure and the table."""
+    out, results = _report(tmp_path)
+    ladder = C.decided_on(K.findings(R.load("gap-design", ROOT)["runs"])[:1], "a ladder map")
+    (out / "09_collapse_ladder").mkdir()
+    (out / "09_collapse_ladder" / "claims.json").write_text(json.dumps(ladder))
+    (out / "09_collapse_ladder" / "conclusion.json").write_text(json.dumps({"sentence": "Collapse at rung R2 & more."}))
+    (out / "07_kernel_gap" / "conclusion.json").write_text(json.dumps({"sentence": "The gap grows."}))
+    results = [*results, NotebookResult("09_collapse_ladder", status="ok", elapsed_s=1.0, html="09_collapse_ladder.html")]
+    page = render_landing(out, "t", results, None, True, ROOT)
+    brief = page[page.index('id="in-brief"'):page.index("</ul>", page.index('id="in-brief"'))]
+    items = re.findall(r"<li>(.*?)</li>", brief)
+    assert items == ['<a href="07_kernel_gap.html">07_kernel_gap</a>: The gap grows.',
+                     '<a href="09_collapse_ladder.html">09_collapse_ladder</a>: Collapse at rung R2 &amp; more.']
+    assert page.index('id="in-brief"') < page.index('id="headline"') < page.index('class="findings"')
+    (out / "07_kernel_gap" / "conclusion.json").unlink()
+    (out / "09_collapse_ladder" / "conclusion.json").unlink()
+    assert 'id="in-brief"' not in render_landing(out, "t", results, None, True, ROOT)

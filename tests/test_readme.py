@@ -65,6 +65,8 @@ def test_every_claims_block_is_printed_from_the_shipped_maps():
     # the kernel gap's first statement is the summary of both recipes, before the table
     assert ("README.md", CG.GAP_SUMMARY) in found, "the README does not open its findings with the gap summary"
     assert README.index(f"<!-- claims {CG.GAP_SUMMARY} -->") < README.index("<!-- claims table -->")
+    # and the paper's collapse rung by rung, also before the table (its rows are near the table's end)
+    assert README.index(f"<!-- claims {CG.LADDER_SUMMARY} -->") < README.index("<!-- claims table -->")
     # every headline group whose map is shipped has its sentences in a page (the others are 'not run' rows)
     assert {name for _, name in found} >= {g.name for g in CG.GROUPS if g.headline and CG.decide(g, ROOT) is not None}
     for (page, name), text in found.items():

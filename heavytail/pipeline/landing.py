@@ -4,7 +4,8 @@ Read top to bottom, it answers a reviewer's questions in the order they ask them
 
 1. the first line: complete, failed (which notebook, at which code cell) or partial (still running,
    interrupted, or notebooks not run);
-2. the findings: the headline figure (the first that compares maps: the kernel gap at both recipes, each
+2. the findings: in brief, the one-sentence conclusion of each notebook that checked claims (so the collapse
+   ladder's verdict is not forty rows down the table), then the headline figure (the first that compares maps: the kernel gap at both recipes, each
    recipe's verdict in its caption), then every claim a notebook checked (``claims.json``) in one row: verdict, effect with its interval, seeds, the deciding
    scale as a short label, and the notebook section and figures that decide it; the evidence is folded;
 3. the scale that decided each claim: the map or grid per claim (``decided_by["map"]``), and the ablation
@@ -75,6 +76,7 @@ table.findings .links { font-size: .85em; } table.findings details summary { dis
 .cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(340px, 1fr)); gap: 14px; }
 .card { border: 1px solid var(--line); border-radius: 8px; padding: .7em .9em; break-inside: avoid; }
 .card h3 { margin: 0 0 .3em; font-size: 1.05em; } .card .conclusion { margin: .5em 0; }
+ul.brief { margin: .3em 0 1em; padding-left: 1.2em; } ul.brief li { margin: .35em 0; }
 .thumb { display: block; text-align: center; background: #f6f8fa; border-radius: 4px; margin: .4em 0; }
 .thumb img { max-width: 100%; max-height: 210px; object-fit: contain; }
 .files { font-size: .85em; margin: .2em 0; } .files b { color: var(--mute); font-weight: 600; }
@@ -333,6 +335,19 @@ def _headline(out_dir: Path, claims: Sequence[tuple[str, Mapping[str, Any]]]) ->
             f"alt=\"{_esc(Path(rel).stem)}\"></a><figcaption class=\"note\">{caption}</figcaption></figure>")
 
 
+def _in_brief(out_dir: Path, claims: Sequence[tuple[str, Mapping[str, Any]]], results: Mapping[str, Any]) -> str:
+    """The conclusion of every notebook that checked claims, in notebook order, each linked to its page."""
+    items = []
+    for name in dict.fromkeys(notebook for notebook, _ in claims):
+        conclusion = conclusion_of(out_dir / name)
+        if not conclusion:
+            continue
+        html_page = getattr(results.get(name), "html", None)
+        title = f"<a href=\"{_href(html_page)}\">{_esc(name)}</a>" if html_page else _esc(name)
+        items.append(f"<li>{title}: {_esc(conclusion['sentence'])}</li>")
+    return f"<ul class=\"brief\" id=\"in-brief\">{''.join(items)}</ul>" if items else ""
+
+
 def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str, Any]) -> str:
     claims = claims_in(out_dir, names)
     if not claims:
@@ -355,7 +370,7 @@ def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str,
             f"<td>{_esc(c.get('claim', ''))} {detail}</td><td>{_effect(c)}</td><td>{_esc(seeds_text(c))}</td>"
             f"<td>{scale}<div class=\"note\">{_esc(_decided_on(c))}</div></td>"
             f"<td class=\"links\">{' · '.join(_links(out_dir, notebook, c))}</td></tr>")
-    return (_headline(out_dir, claims)
+    return (_in_brief(out_dir, claims, results) + _headline(out_dir, claims)
             + f"<p>{line} of {len(claims)} claims; each row names the map and scale that decided it.</p>"
             "<table class=\"findings\"><tr><th>verdict</th><th>claim</th><th>effect [95 % interval]</th><th>seeds</th>"
             "<th>decided at</th><th>shown in</th></tr>\n" + "\n".join(rows) + "</table>")

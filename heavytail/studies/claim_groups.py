@@ -12,6 +12,7 @@ group in full, as a list.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -26,6 +27,7 @@ from heavytail.studies import claims, reference_maps, tables
 
 TABLE = "table"  # the name under which `claims` prints every headline group as one table
 GAP_SUMMARY = "gap-summary"  # the kernel gap at both recipes in one paragraph: the README's first statement of it
+LADDER_SUMMARY = "ladder-summary"  # the paper's collapse rung by rung in one paragraph: the README's first statement
 LADDER_RUNS = "ladder-runs"  # the collapse ladder's runs per rung and seed, and what preceded each onset: two tables
 
 
@@ -163,25 +165,38 @@ def gap_summary(root: Path | None = None, groups: Sequence[ClaimGroup] = GROUPS)
                                  runs["gap-design"], runs["gap-converged"])
 
 
+def _ladder_runs_of(g: ClaimGroup, name: str, root: Path | None) -> list[Mapping[str, Any]]:
+    shipped = [reference_maps.load(m, root) for m in (g.map, *g.also)]
+    if shipped[0] is None:
+        raise ValueError(f"{name} needs the shipped map {g.map}; run its grid and python -m heavytail ship-map")
+    return [r for m in shipped if m for r in m["runs"]]
+
+
+def ladder_summary(root: Path | None = None, groups: Sequence[ClaimGroup] = GROUPS) -> str:
+    """:func:`heavytail.studies.collapse.ladder.summary` on the shipped ladder maps, wrapped as the README is."""
+    g = group("ladder", groups)
+    runs = _ladder_runs_of(g, LADDER_SUMMARY, root)
+    text = collapse_ladder.summary(decide(g, root), runs, markdown=True)
+    return textwrap.fill(text, width=190, break_long_words=False, break_on_hyphens=False)
+
+
 def ladder_runs(root: Path | None = None, groups: Sequence[ClaimGroup] = GROUPS) -> str:
     """The ladder's shipped runs as the two tables of notebook 09 in markdown: per rung and kernel with a value
     per seed (:func:`heavytail.studies.collapse.ladder.table`), and the precursors of each onset."""
-    g = group("ladder", groups)
-    shipped = [reference_maps.load(m, root) for m in (g.map, *g.also)]
-    if shipped[0] is None:
-        raise ValueError(f"{LADDER_RUNS} needs the shipped map {g.map}; run its grid and python -m heavytail ship-map")
-    runs = [r for m in shipped if m for r in m["runs"]]
+    runs = _ladder_runs_of(group("ladder", groups), LADDER_RUNS, root)
     return (tables.to_markdown(collapse_ladder.table(runs)) + "\n\n"
             + tables.to_markdown(collapse_ladder.precursor_table(collapse_ladder.precursors(runs))))
 
 
 def text_of(name: str, root: Path | None = None, groups: Sequence[ClaimGroup] = GROUPS) -> str:
     """What ``python -m heavytail claims NAME`` prints: the table of every group, the kernel gap's summary, the
-    ladder's runs, or one group's claims."""
+    ladder's summary or runs, or one group's claims."""
     if name == TABLE:
         return table_markdown(groups, root)
     if name == GAP_SUMMARY:
         return gap_summary(root, groups)
+    if name == LADDER_SUMMARY:
+        return ladder_summary(root, groups)
     if name == LADDER_RUNS:
         return ladder_runs(root, groups)
     g = group(name, groups)
@@ -205,8 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("name", nargs="?", default=GROUPS[0].name,
                         help=f"a claim group ({', '.join(g.name for g in GROUPS)}; default %(default)s), "
                              f"{TABLE}: every headline group as one findings table, {GAP_SUMMARY}: the kernel "
-                             f"gap at both recipes in one paragraph, or {LADDER_RUNS}: the collapse ladder's runs "
-                             "per rung and seed")
+                             f"gap at both recipes in one paragraph, {LADDER_SUMMARY}: the paper's collapse rung by "
+                             f"rung in one paragraph, or {LADDER_RUNS}: the collapse ladder's runs per rung and seed")
     parser.add_argument("--update", metavar="FILE", default=None,
                         help="rewrite the block between '<!-- claims NAME -->' and '<!-- /claims -->' in FILE")
     args = parser.parse_args(argv)

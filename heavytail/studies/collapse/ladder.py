@@ -76,6 +76,7 @@ class Rung:
     name: str
     about: str
     test: Callable[[Mapping[str, Any]], bool]
+    short: str = ""  # a few words for the one-paragraph summary
 
 
 def _table3_model(c: Mapping[str, Any]) -> bool:
@@ -102,15 +103,15 @@ def _float32(c: Mapping[str, Any]) -> bool:
 
 RUNGS: tuple[Rung, ...] = (
     Rung("R1", "D = 32, 2 blocks, float32, 3,000 steps (the shipped 3,000-step grid)",
-         lambda c: _base(c) and _small_model(c) and _float32(c) and not _ladder_recipe(c)),
+         lambda c: _base(c) and _small_model(c) and _float32(c) and not _ladder_recipe(c), "D = 32, 2 blocks, 3,000 steps"),
     Rung("R1b", "R1's model (D = 32, 2 blocks) on R2's recipe: 6,000 steps of the 50,000-step schedule, float32",
-         lambda c: _base(c) and _small_model(c) and _float32(c) and _ladder_recipe(c)),
+         lambda c: _base(c) and _small_model(c) and _float32(c) and _ladder_recipe(c), "R1's model on R2's recipe"),
     Rung("R2", "Table 3's model (D = 256, 6 blocks, d_ff = 512), float32",
-         lambda c: _base(c) and _table3_model(c) and _float32(c)),
+         lambda c: _base(c) and _table3_model(c) and _float32(c), "Table 3's model, float32"),
     Rung("R3", "R2 under bf16 autocast (softmax's SDPA in bf16; log-ELU's attention in float32)",
-         lambda c: _base(c) and _table3_model(c) and c["precision"] == "bf16" and not c["symlog"]),
+         lambda c: _base(c) and _table3_model(c) and c["precision"] == "bf16" and not c["symlog"], "bf16 autocast"),
     Rung("R4", "R3 with symlog",
-         lambda c: _base(c) and _table3_model(c) and c["precision"] == "bf16" and c["symlog"]),
+         lambda c: _base(c) and _table3_model(c) and c["precision"] == "bf16" and c["symlog"], "bf16 and symlog"),
 )
 
 
@@ -240,6 +241,52 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in diffs.items()),
                 _decided_by("Precision or kernel", ["onset_aligned"])).to_dict())
     return out + model_size(cs)
+
+
+def summary(found: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]], markdown: bool = False) -> str:
+    """The paper's collapse rung by rung in one paragraph, printed from the decided claims (``found``) and the runs
+    they were decided on: where rule 1 reads *reproduced*, then per rung its verdict with softmax's and log-ELU's
+    counts of runs labelled collapsed, the graded comparison of logged steps where it reads *reproduced* and rule 1
+    does not, and rule 7. The README's, notebook 09's and the landing page's first statement of the ladder;
+    ``markdown`` sets the lead in bold."""
+    by_id = {c["id"]: c for c in found}
+    cs = ladder_cells(runs)
+    parts, collapsed_at = [], []
+    for rung in RUNGS:
+        c = by_id.get(f"paper-collapse-{rung.name}")
+        if c is None or c.get("estimate") is None:
+            continue
+        n = int(c["seeds"])
+        other = cs.get((rung.name, LOG_ELU), [])
+        text = (f"{rung.name} ({rung.short}): {c['verdict']}, {round(c['estimate'] * n)} of {n} softmax (SDPA) runs "
+                f"labelled collapsed{C.interval_text(c)}, log-ELU {sum(map(_labelled, other))} of {len(other)}")
+        if n < MIN_SEEDS:
+            text += f" ({n} seeds, where the rule needs {MIN_SEEDS})"
+        steps = by_id.get(f"collapse-steps-{rung.name}")
+        if steps and steps["verdict"] == C.REPRODUCED and c["verdict"] != C.REPRODUCED:
+            text += (f", though softmax's share of logged steps with a collapsed batch exceeds log-ELU's by "
+                     f"{C.fmt(steps['estimate'])}{C.interval_text(steps)} seed by seed ({steps['verdict']})")
+        parts.append(text)
+        if c["verdict"] == C.REPRODUCED:
+            collapsed_at.append(rung.name)
+    if not parts:
+        return "The collapse ladder has not been shipped yet."
+    recipe = next((r["config"] for r in runs if rung_of(r["config"]) not in (None, "R1")), None)
+    setting = "" if recipe is None else (
+        f" (N = {recipe['n_points']}, {recipe['trials_per_step']} trial per step, lr {recipe['lr']:g} on the first "
+        f"{recipe['steps']:,} steps of the {recipe['schedule_steps']:,}-step schedule; seeds are the replicates)")
+    lead = (f"The paper's collapse (Tables 5-6) appears at rung {', '.join(collapsed_at)} of the collapse ladder"
+            if collapsed_at else "The paper's collapse (Tables 5-6) appears at no rung of the collapse ladder run so far")
+    text = (f"**{lead}**" if markdown else lead) + f"{setting}. " + "; ".join(parts) + "."
+    model = by_id.get("collapse-model-R2")
+    if model is not None and model.get("estimate") is not None:
+        text += (f" On the same recipe R2's softmax had {C.fmt(model['estimate'])}{C.interval_text(model)} more of its "
+                 f"logged steps collapsed than R1b's, seed by seed ({model['verdict']}, {model['seeds']} seeds)")
+        small = by_id.get("paper-collapse-R1b")
+        needs_model = (model["verdict"] == C.REPRODUCED and small is not None
+                       and small["verdict"] == C.NOT_REPRODUCED)
+        text += ": at this length the collapse needs Table 3's model." if needs_model else "."
+    return text
 
 
 def model_size(cs: Mapping[tuple[str, tuple[str, str]], Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
