@@ -23,7 +23,9 @@ execution.json) and the same command resumes them.
 Refused before anything is created, listed or overwritten (exit 2): a configuration folder that holds a run of
 another configuration (the grid run with a ``--set`` this command lacks: its figures and records would be deleted
 before training refused the folder), a CPU configuration whose estimated memory does not fit
-(:mod:`heavytail.harness.memory`), and an output folder that cannot be written.
+(:mod:`heavytail.harness.memory`), and an output folder that cannot be written. Said, not refused: configurations
+under bf16 autocast about to train on a CPU without native bf16 matmuls, which run many times slower
+(:mod:`heavytail.harness.cpu_bf16`; one warning line with the rates measured here).
 """
 
 from __future__ import annotations
