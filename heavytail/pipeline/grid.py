@@ -170,6 +170,15 @@ def _interrupted(report: GridReport, jobs: Sequence[ConfigurationJob]) -> None:
             save_json({**record, "status": "cancelled", "error": INTERRUPTED, "finished": now()}, run.execution_path)
 
 
+def _local_gpu() -> bool:
+    return Path("/proc/driver/nvidia").exists()
+
+
+def _on_cpu(cfg, no_gpu: bool) -> bool:
+    """Whether a configuration trains on the CPU where it runs (``device: auto`` does where there is no GPU)."""
+    return cfg.device == "cpu" or (cfg.device == "auto" and no_gpu)
+
+
 def _check_memory(spec: GridSpec, executor: str) -> None:
     """Refuse, before anything runs, a CPU configuration whose estimated memory exceeds where it will run: a SLURM
     task's ``slurm.mem_gb``, else this machine (a GPU's memory is not known from here)."""
@@ -177,9 +186,9 @@ def _check_memory(spec: GridSpec, executor: str) -> None:
         limit, where, cpu = spec.slurm.mem_gb * 2**30, f"a task of slurm.mem_gb={spec.slurm.mem_gb}", \
             spec.slurm.gpus_per_node == 0
     else:
-        limit, where, cpu = memory.machine_memory(), "this machine", not Path("/proc/driver/nvidia").exists()
+        limit, where, cpu = memory.machine_memory(), "this machine", not _local_gpu()
     for cfg, name in zip(spec.configs, spec.names):
-        if cfg.device == "cpu" or (cfg.device == "auto" and cpu):
+        if _on_cpu(cfg, cpu):
             why = memory.refusal(cfg, limit, where)
             if why:
                 raise ValueError(f"grid {spec.name!r}: {name}: {why}")
@@ -188,9 +197,9 @@ def _check_memory(spec: GridSpec, executor: str) -> None:
 def _warn_cpu_bf16(spec: GridSpec, names: set[str]) -> None:
     """One warning line when configurations about to train on this machine's CPU run under bf16 autocast and the
     CPU has no native bf16 matmuls (:mod:`heavytail.harness.cpu_bf16`): they still run, many times slower."""
-    on_cpu = not Path("/proc/driver/nvidia").exists()
-    n = sum(1 for cfg, name in zip(spec.configs, spec.names) if name in names and cfg.precision == "bf16"
-            and (cfg.device == "cpu" or (cfg.device == "auto" and on_cpu)))
+    no_gpu = not _local_gpu()
+    n = sum(1 for cfg, name in zip(spec.configs, spec.names)
+            if name in names and cfg.precision == "bf16" and _on_cpu(cfg, no_gpu))
     if (warning := cpu_bf16.slow_bf16_warning(n)) is not None:
         log(f"warning: {warning}")
 

@@ -101,6 +101,16 @@ class KernelSelfAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.cfg.n_heads, -1).transpose(1, 2)  # (B, H, N, D/H)
 
+    @torch.no_grad()
+    def score_form_norm(self) -> Tensor:
+        """The spectral norm of the score form W_Q^h W_K^h^T / sqrt(d_h) of eq. 1, largest over heads (0-d)."""
+        h = self.cfg.n_heads
+        d_head = self.cfg.d_model // h
+        wq = self.q.weight.float().view(h, d_head, -1)
+        wk = self.k.weight.float().view(h, d_head, -1)
+        form = wq.transpose(-1, -2) @ wk / math.sqrt(d_head)  # (H, D, D)
+        return torch.linalg.matrix_norm(form, ord=2).amax()
+
     def forward(self, x: Tensor, stats: dict | None = None) -> Tensor:
         q, k, v = self._heads(self.q(x)), self._heads(self.k(x)), self._heads(self.v(x))
         out = kernel_attention(q, k, v, self.kernel, backend=self.cfg.backend, tile_elements=self.cfg.tile_elements)
@@ -121,11 +131,7 @@ class KernelSelfAttention(nn.Module):
                 # quantity that breaks flash-style softmax backwards), and the spectral norm of the
                 # score form W_Q^h W_K^h^T / sqrt(d_h), largest over heads, which bounds |S| / (|x| |x'|).
                 stats["max_abs_score"] = max_abs_score(q.float(), k.float(), self.cfg.tile_elements)
-                d_head = q.shape[-1]
-                wq = self.q.weight.float().view(self.cfg.n_heads, d_head, -1)
-                wk = self.k.weight.float().view(self.cfg.n_heads, d_head, -1)
-                form = wq.transpose(-1, -2) @ wk / math.sqrt(d_head)  # (H, D, D)
-                stats["qk_spectral_norm"] = torch.linalg.matrix_norm(form, ord=2).amax()
+                stats["qk_spectral_norm"] = self.score_form_norm()
         b, h, n, dh = out.shape
         return self.o(out.transpose(1, 2).reshape(b, n, h * dh))
 
