@@ -136,8 +136,10 @@ def test_a_run_records_its_attention_backend_and_matmul_precision(tmp_path):
     assert trained["attention_backend"] == "flash:native" and trained["autocast_dtype"] == "bfloat16"
     assert trained["attention"]["log_elu cpu bfloat16 train"]["backend"] == "flash:native"
     assert trained["device"] == "cpu" and trained["tf32_matmul"] is False and trained["torch"] == torch.__version__
-    # which bf16 path this CPU took (native oneDNN or the slow reference path): part of a bf16 run's record
-    assert trained["cpu_native_bf16"] is bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    # which bf16 path this CPU took (torch's kernels, or float32 emulation where oneDNN has no native bf16)
+    native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert trained["cpu_native_bf16"] is native
+    assert trained["bf16_matmuls"] == ("torch" if native else "emulated")
     res = evaluate(run, quiet=True)
     assert res["runtime"]["training"] == trained
     assert res["runtime"]["evaluation"]["autocast_dtype"] is None  # evaluation is float32 (Table 3)

@@ -149,8 +149,9 @@ def precision_record(device: torch.device, autocast_dtype: torch.dtype | None) -
         "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "subnormals_flushed": subnormals_flushed(),
-        # bf16 matmuls on a CPU without native support take another path (slower, possibly rounded differently)
+        # bf16 matmuls on a CPU without native support are emulated in float32 (heavytail.harness.cpu_bf16)
         "cpu_native_bf16": cpu_bf16.native() if device.type == "cpu" else None,
+        "bf16_matmuls": cpu_bf16.path("bf16" if autocast_dtype == torch.bfloat16 else "float32", device),
     }
 
 
@@ -258,7 +259,7 @@ def training_step(model, optimizer, x, y, cfg: RunConfig, device: torch.device, 
     ``stats`` fills it with one dict of attention statistics and the gradient norm per block.
     """
     optimizer.zero_grad(set_to_none=True)
-    with autocast(cfg, device):
+    with autocast(cfg, device), cpu_bf16.emulation(cfg.precision, device):
         if stats is None:
             out = model(x)
         else:
@@ -271,7 +272,8 @@ def training_step(model, optimizer, x, y, cfg: RunConfig, device: torch.device, 
     value = float(loss.detach())
     if not math.isfinite(value):
         return out.detach(), value, math.nan
-    loss.backward()
+    with cpu_bf16.emulation(cfg.precision, device):  # the model's bf16 backward, as its forward
+        loss.backward()
     if stats is not None:
         for entry, block in zip(stats, model.blocks):
             grads = [p.grad.detach().norm() for p in block.parameters() if p.grad is not None]
@@ -389,7 +391,9 @@ def train(
     if end > start:
         from heavytail.harness.provenance import record as provenance_record  # noqa: PLC0415
 
-        counters["provenance"] = [*counters.get("provenance", []), {**provenance_record(), "from_step": start + 1}]
+        counters["provenance"] = [*counters.get("provenance", []), {**provenance_record(), "from_step": start + 1,
+                                                                     "bf16_matmuls": cpu_bf16.path(cfg.precision,
+                                                                                                   device)}]
     model.train()
     bar = tqdm(total=cfg.steps, initial=start, disable=quiet, desc=cfg.name, unit="step", dynamic_ncols=True)
     # "seconds" counts the training time of every step that survives, across resumes: the checkpoint keeps the
@@ -525,8 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     except (*cli.BAD_INPUT, RuntimeError) as err:
         return cli.bad_input("train", err)
     if on_cpu and cfg.precision == "bf16" and not is_complete(args.output):
-        if (warning := cpu_bf16.slow_bf16_warning(1)) is not None:
-            print(f"[train] warning: {warning}", file=sys.stderr, flush=True)
+        if (notice := cpu_bf16.emulation_notice(1)) is not None:
+            print(f"[train] {notice}", file=sys.stderr, flush=True)
     train(cfg, args.output, quiet=args.quiet, stop_after=args.stop_after)
     state = "complete" if is_complete(args.output) else "paused (resume by running the same command)"
     print(f"{args.output}: {state}")

@@ -24,8 +24,8 @@ Refused before anything is created, listed or overwritten (exit 2): a configurat
 another configuration (the grid run with a ``--set`` this command lacks: its figures and records would be deleted
 before training refused the folder), a CPU configuration whose estimated memory does not fit
 (:mod:`heavytail.harness.memory`), and an output folder that cannot be written. Said, not refused: configurations
-under bf16 autocast about to train on a CPU without native bf16 matmuls, which run many times slower
-(:mod:`heavytail.harness.cpu_bf16`; one warning line with the rates measured here).
+under bf16 autocast about to train on a CPU without native bf16 matmuls, whose bf16 matmuls are emulated in float32
+(:mod:`heavytail.harness.cpu_bf16`; one line, and each run records it).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpe
         f"({executor}, {workers if executor != 'slurm' else spec.slurm.array_parallelism} at once, "
         f"{threads} threads each) -> {grid_dir}")
     if executor != "slurm" and todo:  # a SLURM node's processor is not known from here
-        _warn_cpu_bf16(spec, {job.name for _, job in todo})
+        _note_cpu_bf16(spec, {job.name for _, job in todo})
 
     try:
         if executor == "slurm" and (todo or earlier):
@@ -194,14 +194,14 @@ def _check_memory(spec: GridSpec, executor: str) -> None:
                 raise ValueError(f"grid {spec.name!r}: {name}: {why}")
 
 
-def _warn_cpu_bf16(spec: GridSpec, names: set[str]) -> None:
-    """One warning line when configurations about to train on this machine's CPU run under bf16 autocast and the
-    CPU has no native bf16 matmuls (:mod:`heavytail.harness.cpu_bf16`): they still run, many times slower."""
+def _note_cpu_bf16(spec: GridSpec, names: set[str]) -> None:
+    """One line when configurations about to train on this machine's CPU run under bf16 autocast and the CPU has
+    no native bf16 matmuls: their bf16 matmuls are emulated in float32 (:mod:`heavytail.harness.cpu_bf16`)."""
     no_gpu = not _local_gpu()
     n = sum(1 for cfg, name in zip(spec.configs, spec.names)
             if name in names and cfg.precision == "bf16" and _on_cpu(cfg, no_gpu))
-    if (warning := cpu_bf16.slow_bf16_warning(n)) is not None:
-        log(f"warning: {warning}")
+    if (notice := cpu_bf16.emulation_notice(n)) is not None:
+        log(notice)
 
 
 def _check_run_folders(spec: GridSpec, jobs: Sequence[ConfigurationJob]) -> None:
