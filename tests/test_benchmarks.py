@@ -172,6 +172,29 @@ def test_the_ladder_logging_benchmark_times_the_ladders_cells_with_and_without_t
     assert len(stats) == 2 and {"max_abs_score", "qk_spectral_norm", "qk_grad_norm"} <= set(stats[0])
 
 
+def test_the_bf16_emulation_benchmark_puts_the_two_paths_and_float32_side_by_side():
+    import bench_bf16_emulation as B
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        res = B.measure("R4", rounds=2, warmup=0, threads=1, n_points=32, d_model=8, n_blocks=2, d_ff=16)
+    finally:
+        torch.set_num_threads(before)
+    assert [r["cell"] for r in res["rows"]] == ["softmax-sdpa", "log_elu-auto"]
+    for r in res["rows"]:
+        assert r["config"]["precision"] == "bf16" and r["config"]["n_blocks"] == 2
+        assert set(r["summary"]) == set(B.PATHS) and r["summary"]["torch"]["ratio"] == 1.0
+        a = r["agreement"]
+        # the emulation is torch's bf16 step, far closer to it than float32's step is (the scale, > 0)
+        assert a["grad_float32_vs_torch"] > 0 and a["grad_emulated_vs_torch"] < 0.2
+        assert a["loss"]["torch"] != a["loss"]["float32"]
+    # each stepper's path is the one it names: the float32 stepper trains without autocast
+    assert B._PathStepper(B.ladder_configs("R4", n_points=32, d_model=8, n_blocks=2, d_ff=16)["log_elu-auto"],
+                          "float32").cfg.precision == "float32"
+    assert "emul-torch" in B.table(res)
+
+
 def test_the_results_index_lists_every_record_kept_and_every_cited_record_is_kept():
     index = (ROOT / "benchmarks" / "results" / "INDEX.md").read_text()
     assert index == _bench.results_index(), "rewrite benchmarks/results/INDEX.md with _bench.results_index()"
@@ -179,7 +202,7 @@ def test_the_results_index_lists_every_record_kept_and_every_cited_record_is_kep
 
     docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     # a record's name starts a word (`phase_fixed_weight.json` under outputs/reference/ is no benchmark record)
-    cited = set(re.findall(r"(?<![\w/])((?:compare|train_cpu|attention_cpu|profile|flash|subnormals|weight|ladder_logging)[\w.-]*"
+    cited = set(re.findall(r"(?<![\w/])((?:compare|train_cpu|attention_cpu|profile|flash|subnormals|weight|ladder_logging|bf16_emulation)[\w.-]*"
                            r"\.(?:md|json))`", docs))
     assert cited, "the docs cite no benchmark record"
     missing = sorted(c for c in cited if not (ROOT / "benchmarks" / "results" / c).is_file())

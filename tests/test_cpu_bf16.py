@@ -101,7 +101,7 @@ def test_emulated_sdpa_backward_rounds_as_torchs_bf16_kernel(n):
         assert min(_agreement(a, b)[0] for a, b in zip(once, theirs)) < 0.9
 
 
-def _step_grads(cfg, mode_native):
+def _step_grads(cfg):
     torch.manual_seed(0)
     model = build_model(cfg, torch.device("cpu"))
     optimizer, _ = build_optimizer(cfg, model)
@@ -111,14 +111,14 @@ def _step_grads(cfg, mode_native):
     return loss, torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
-def test_a_training_step_under_emulation_is_torchs_bf16_step_not_float32s(monkeypatch):
+def test_a_training_step_under_emulation_is_torchs_bf16_step_not_float32s():
     cfg = RunConfig.from_dict({"d_model": 32, "n_blocks": 2, "d_ff": 64, "n_points": 128, "trials_per_step": 2,
                                "kernel": "softmax", "attention_backend": "sdpa", "precision": "bf16", "device": "cpu"})
-    monkeypatch.setattr(cpu_bf16, "native", lambda: True)  # torch's own bf16 kernels
-    loss_torch, g_torch = _step_grads(cfg, True)
-    monkeypatch.setattr(cpu_bf16, "native", lambda: False)  # emulated
-    loss_emu, g_emu = _step_grads(cfg, False)
-    loss_f32, g_f32 = _step_grads(cfg.replace(precision="float32"), None)
+    with cpu_bf16.chosen("torch"):
+        loss_torch, g_torch = _step_grads(cfg)
+    with cpu_bf16.chosen("emulated"):
+        loss_emu, g_emu = _step_grads(cfg)
+    loss_f32, g_f32 = _step_grads(cfg.replace(precision="float32"))
     # bf16's own error (float32 against torch's bf16) is the scale: the emulation must sit far inside it
     assert abs(loss_emu - loss_torch) <= 0.05 * abs(loss_f32 - loss_torch)
     assert (g_emu - g_torch).norm() <= 0.05 * (g_f32 - g_torch).norm()
@@ -133,6 +133,13 @@ def test_emulation_only_for_bf16_on_a_cpu_without_native_bf16(monkeypatch, nativ
     assert isinstance(cpu_bf16.emulation(precision, cpu), cpu_bf16.Emulated) is emulated
     assert cpu_bf16.path(precision, cpu) == (None if precision != "bf16" else "emulated" if emulated else "torch")
     assert not cpu_bf16.emulates(precision, torch.device("meta"))
+    for forced in cpu_bf16.PATHS:  # a chosen path overrides what the CPU has, for bf16 on the CPU only
+        with cpu_bf16.chosen(forced):
+            assert cpu_bf16.emulates(precision, cpu) is (precision == "bf16" and forced == "emulated")
+    assert cpu_bf16.emulates(precision, cpu) is emulated
+    with pytest.raises(ValueError, match="not one of"):
+        with cpu_bf16.chosen("native"):
+            pass
 
 
 @pytest.mark.parametrize("native, n, said", [(False, 2, True), (True, 2, False), (None, 2, False), (False, 0, False)])

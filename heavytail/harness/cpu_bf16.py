@@ -29,6 +29,7 @@ records which path trained it (:func:`path`).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import time
 
 import torch
@@ -49,10 +50,31 @@ def native() -> bool | None:
         return None
 
 
+PATHS = ("torch", "emulated")
+_chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("bf16_path", default=None)
+
+
+@contextlib.contextmanager
+def chosen(path_name: str):
+    """Inside the block, CPU bf16 runs take ``path_name`` (one of :data:`PATHS`) whatever this CPU has: how the
+    tests and ``benchmarks/bench_bf16_emulation.py`` put the two paths side by side on one machine."""
+    if path_name not in PATHS:
+        raise ValueError(f"bf16 path {path_name!r} is not one of {PATHS}")
+    token = _chosen.set(path_name)
+    try:
+        yield
+    finally:
+        _chosen.reset(token)
+
+
 def emulates(precision: str, device: torch.device) -> bool:
     """Whether training at ``precision`` on ``device`` runs its bf16 matmuls through :class:`Emulated`: bf16
-    autocast, on a CPU whose oneDNN reports no native bf16 (where torch cannot say, its own path is kept)."""
-    return precision == "bf16" and device.type == "cpu" and native() is False
+    autocast, on a CPU whose oneDNN reports no native bf16 (where torch cannot say, its own path is kept), unless
+    :func:`chosen` says otherwise."""
+    if precision != "bf16" or device.type != "cpu":
+        return False
+    forced = _chosen.get()
+    return forced == "emulated" if forced is not None else native() is False
 
 
 def path(precision: str, device: torch.device) -> str | None:
