@@ -148,6 +148,16 @@ def test_ladder_table_lists_each_seeds_values_in_the_order_of_its_seeds():
     assert row["collapsed batches (share of logged steps, per seed)"] == "0.700, 0.300, 0.100"
     assert row["onset (step), per seed"] == "3400, none, none"
     assert row["median ratio (eq. 36), per seed"] == "130, 2, 5"
+    assert row["bf16 matmuls, per seed"] == "none (float32), none (float32), none (float32)"
+
+
+def test_a_bf16_runs_path_is_read_from_every_call_that_trained_it():
+    old, new, mixed = (_run(s, precision="bf16") for s in range(3))
+    new["provenance"] = [{"bf16_matmuls": "emulated"}]
+    mixed["provenance"] = [{}, {"bf16_matmuls": "emulated"}]  # begun before the emulation, resumed under it
+    assert [L.bf16_path(r) for r in (old, new, mixed, _run(0))] == ["torch", "emulated", "torch+emulated", None]
+    (row,) = L.table([new, old, mixed])["rows"]
+    assert row["seeds"] == "0, 1, 2" and row["bf16 matmuls, per seed"] == "torch, emulated, torch+emulated"
 
 
 def test_the_ladder_runs_block_prints_both_tables_as_markdown():
@@ -521,6 +531,12 @@ def test_the_summary_says_where_the_collapse_appears_and_each_rungs_verdict_with
     assert r3.startswith("bf16 autocast): undecided at this power, 4 of 6") and "log-ELU 1 of 6" in r3
     assert "seed by seed (reproduced)" in r3
     assert "1 of 3 softmax" in r4 and "(3 seeds, where the rule needs 6)" in r4
+    assert "emulated" not in text  # no run took the emulation
+    for r in runs[-6:-3]:
+        if r["config"]["seed"] == 2:
+            r["provenance"] = [{"bf16_matmuls": "emulated"}]
+    r4 = L.summary(found, runs).split("R4 (")[1]
+    assert r4.endswith("(3 seeds, where the rule needs 6), bf16 emulated in 1 of 6 runs.")
     # nothing reproduced: the lead says so, and no bold without markdown
     healthy = [r for r in runs if not (r["config"]["precision"] == "float32" and r["config"]["kernel"] == "softmax")]
     healthy += [_run(s) for s in range(6)]

@@ -51,6 +51,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from heavytail.harness.cpu_bf16 import PATHS as BF16_PATHS
 from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_F32, SOFTMAX_SDPA, SQUARED_ELU
 from heavytail.studies import claims as C
 from heavytail.studies.kernel_gap.gap import collapsed_steps, map_extent, variant  # noqa: F401  (variant: re-exported)
@@ -150,6 +151,23 @@ def _paired(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], valu
     ra, rb = ({r["config"]["seed"]: r for r in runs} for runs in (a, b))
     out = {s: value(ra[s]) - value(rb[s]) for s in sorted(set(ra) & set(rb))}
     return {s: v for s, v in out.items() if math.isfinite(v)}
+
+
+def bf16_path(run: Mapping[str, Any]) -> str | None:
+    """Which arithmetic computed a bf16 run's matmuls over every call that trained it
+    (:func:`heavytail.harness.cpu_bf16.path`): ``"torch"``, ``"emulated"``, ``"torch+emulated"`` for a run resumed
+    across machines; None for a float32 run. Runs trained before the emulation existed record nothing and took
+    torch's kernels."""
+    if run["config"]["precision"] != "bf16":
+        return None
+    paths = {entry.get("bf16_matmuls") or "torch" for entry in run.get("provenance") or [{}]}
+    return "+".join(p for p in BF16_PATHS if p in paths)
+
+
+def _emulated_share(runs: Sequence[Mapping[str, Any]]) -> str:
+    """", bf16 emulated in k of n runs" where any run of ``runs`` took the emulation, else ""."""
+    k = sum("emulated" in (bf16_path(r) or "") for r in runs)
+    return f", bf16 emulated in {k} of {len(runs)} runs" if k else ""
 
 
 def onsets(runs: Sequence[Mapping[str, Any]]) -> dict[int, int | None]:
@@ -262,6 +280,7 @@ def summary(found: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]
                 f"labelled collapsed{C.interval_text(c)}, log-ELU {sum(map(_labelled, other))} of {len(other)}")
         if n < MIN_SEEDS:
             text += f" ({n} seeds, where the rule needs {MIN_SEEDS})"
+        text += _emulated_share([*cs.get((rung.name, SOFTMAX_SDPA), []), *other])
         steps = by_id.get(f"collapse-steps-{rung.name}")
         if steps and steps["verdict"] == C.REPRODUCED and c["verdict"] != C.REPRODUCED:
             text += (f", though softmax's share of logged steps with a collapsed batch exceeds log-ELU's by "
@@ -496,9 +515,12 @@ def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "median ratio (eq. 36), per seed": ", ".join(C.fmt(r["median"]["ratio"]) for r in rs),
             "block 0 absorbed (share of logged steps, per seed)": ", ".join(
                 "n/a" if (x := absorbed_share(r)) is None else f"{x:.2f}" for r in rs),
+            "bf16 matmuls, per seed": ", ".join(bf16_path(r) or "none (float32)" for r in rs),
         })
     return {"title": "The ladder, per rung and kernel", "columns": list(rows[0]) if rows else [], "rows": rows,
             "notes": "collapsed: most evaluation trials' output spread below 5 % of the target's (App. I); onset: "
                      "the first logged step from which every logged batch is collapsed; ratio: the median of the "
                      "model's energy distances over the evaluation trials over the median of the sampling floor's; "
-                     "absorbed: most rows of block 0's attention had one weight of exactly 1 in the working precision"}
+                     "absorbed: most rows of block 0's attention had one weight of exactly 1 in the working precision; "
+                     "bf16 matmuls: torch's kernels, or their float32 emulation on a CPU without native bf16 "
+                     "(heavytail/harness/cpu_bf16.py)"}
