@@ -148,7 +148,7 @@ def test_ladder_table_lists_each_seeds_values_in_the_order_of_its_seeds():
     assert row["collapsed batches (share of logged steps, per seed)"] == "0.700, 0.300, 0.100"
     assert row["onset (step), per seed"] == "3400, none, none"
     assert row["median ratio (eq. 36), per seed"] == "130, 2, 5"
-    assert row["bf16 matmuls, per seed"] == "none (float32), none (float32), none (float32)"
+    assert row["bf16 matmuls, per seed"] == "none: float32, every seed"
 
 
 def test_a_bf16_runs_path_is_read_from_every_call_that_trained_it():
@@ -158,6 +158,8 @@ def test_a_bf16_runs_path_is_read_from_every_call_that_trained_it():
     assert [L.bf16_path(r) for r in (old, new, mixed, _run(0))] == ["torch", "emulated", "torch+emulated", None]
     (row,) = L.table([new, old, mixed])["rows"]
     assert row["seeds"] == "0, 1, 2" and row["bf16 matmuls, per seed"] == "torch, emulated, torch+emulated"
+    (row,) = L.table([old])["rows"]
+    assert row["bf16 matmuls, per seed"] == "torch"
 
 
 def test_the_ladder_runs_block_prints_both_tables_as_markdown():

@@ -170,6 +170,13 @@ def _emulated_share(runs: Sequence[Mapping[str, Any]]) -> str:
     return f", bf16 emulated in {k} of {len(runs)} runs" if k else ""
 
 
+def _per_seed_or_once(values: Sequence[str]) -> str:
+    """The values per seed, or one value for every seed where they are all the same."""
+    if len(set(values)) == 1 and len(values) > 1:
+        return f"{values[0]}, every seed"
+    return ", ".join(values)
+
+
 def onsets(runs: Sequence[Mapping[str, Any]]) -> dict[int, int | None]:
     """Per seed, the collapse onset step of the run (None when it ends healthy)."""
     return {r["config"]["seed"]: r["collapse"].get("onset") for r in runs}
@@ -515,7 +522,7 @@ def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "median ratio (eq. 36), per seed": ", ".join(C.fmt(r["median"]["ratio"]) for r in rs),
             "block 0 absorbed (share of logged steps, per seed)": ", ".join(
                 "n/a" if (x := absorbed_share(r)) is None else f"{x:.2f}" for r in rs),
-            "bf16 matmuls, per seed": ", ".join(bf16_path(r) or "none (float32)" for r in rs),
+            "bf16 matmuls, per seed": _per_seed_or_once([bf16_path(r) or "none: float32" for r in rs]),
         })
     return {"title": "The ladder, per rung and kernel", "columns": list(rows[0]) if rows else [], "rows": rows,
             "notes": "collapsed: most evaluation trials' output spread below 5 % of the target's (App. I); onset: "
