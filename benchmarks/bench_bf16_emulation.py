@@ -33,22 +33,32 @@ NUDGE = 2.0**-22
 PATHS = ("torch", "emulated", "float32")
 
 
+def _config(cfg, path: str):
+    """``cfg`` as ``path`` trains it: ``"float32"`` is the same cell without autocast."""
+    return cfg.replace(precision="float32") if path == "float32" else cfg
+
+
+def _chosen(path: str):
+    """The bf16 path to choose for ``path`` (float32 has none; any choice leaves it alone)."""
+    return cpu_bf16.chosen(path if path in cpu_bf16.PATHS else "torch")
+
+
 class _PathStepper(_Stepper):
-    """A stepper whose steps take one bf16 path (``"float32"``: the same cell without autocast)."""
+    """A stepper whose steps take one of :data:`PATHS`."""
 
     def __init__(self, cfg, path: str):
-        super().__init__(cfg.replace(precision="float32") if path == "float32" else cfg)
+        super().__init__(_config(cfg, path))
         self.path = path
 
     def step(self) -> None:
-        with cpu_bf16.chosen(self.path if self.path in cpu_bf16.PATHS else "torch"):
+        with _chosen(self.path):
             super().step()
 
 
 def one_step(cfg, path: str, nudge: float = 0.0) -> tuple[float, torch.Tensor]:
     """The loss and the flattened gradients of the first step of ``cfg`` through ``path``; ``nudge`` multiplies
     every weight by 1 +- nudge (a fixed random sign) first."""
-    c = cfg.replace(precision="float32") if path == "float32" else cfg
+    c = _config(cfg, path)
     torch.manual_seed(c.seed)
     model = build_model(c, torch.device("cpu"))
     optimizer, _ = build_optimizer(c, model)
@@ -58,7 +68,7 @@ def one_step(cfg, path: str, nudge: float = 0.0) -> tuple[float, torch.Tensor]:
             for p in model.parameters():
                 p.mul_(1 + nudge * torch.randn(p.shape, generator=g).sign())
     x, y = draw_batch(build_benchmark(c), c, torch.Generator().manual_seed(c.seed), torch.device("cpu"))
-    with cpu_bf16.chosen(path if path in cpu_bf16.PATHS else "torch"):
+    with _chosen(path):
         _, loss, _ = training_step(model, optimizer, x, y, c, torch.device("cpu"), energy_distance)
     return loss, torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 

@@ -147,15 +147,21 @@ def test_the_subnormal_benchmark_pairs_modes_on_the_same_batches_and_restores_th
     assert (tiny * 1.0).item() != 0.0  # the process is back in the default mode: subnormals kept
 
 
-def test_the_ladder_logging_benchmark_times_the_ladders_cells_with_and_without_the_onset_watch():
-    import bench_ladder_logging as B
+def _small_r4(bench):
+    """``bench.measure`` on the ladder's R4 cells shrunk to a tiny model, two rounds on one thread (restored after)."""
     import torch
 
     before = torch.get_num_threads()
     try:
-        res = B.measure("R4", rounds=2, warmup=0, threads=1, n_points=32, d_model=8, n_blocks=2, d_ff=16)
+        return bench.measure("R4", rounds=2, warmup=0, threads=1, n_points=32, d_model=8, n_blocks=2, d_ff=16)
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_ladder_logging_benchmark_times_the_ladders_cells_with_and_without_the_onset_watch():
+    import bench_ladder_logging as B
+
+    res = _small_r4(B)
     # R4's cells of the ladder's grid file, by kernel and backend, under bf16 autocast with symlog
     assert [r["cell"] for r in res["rows"]] == ["softmax-sdpa", "log_elu-auto"]
     for r in res["rows"]:
@@ -174,13 +180,8 @@ def test_the_ladder_logging_benchmark_times_the_ladders_cells_with_and_without_t
 
 def test_the_bf16_emulation_benchmark_puts_the_two_paths_and_float32_side_by_side():
     import bench_bf16_emulation as B
-    import torch
 
-    before = torch.get_num_threads()
-    try:
-        res = B.measure("R4", rounds=2, warmup=0, threads=1, n_points=32, d_model=8, n_blocks=2, d_ff=16)
-    finally:
-        torch.set_num_threads(before)
+    res = _small_r4(B)
     assert [r["cell"] for r in res["rows"]] == ["softmax-sdpa", "log_elu-auto"]
     for r in res["rows"]:
         assert r["config"]["precision"] == "bf16" and r["config"]["n_blocks"] == 2
