@@ -148,6 +148,30 @@ def test_graded_rule_finds_the_maps_collapse_difference():
     assert C.graded_rule([0.0] * 8).verdict == C.UNDECIDED
 
 
+def test_signflip_floor_bounds_the_test_from_below_and_is_reached():
+    # p >= 2 / 2^m for m nonzero differences, whatever the zeros and values; reached when the nonzero ones share a sign
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n = int(rng.integers(2, 10))
+        d = np.where(rng.random(n) < 0.5, 0.0, rng.normal(size=n))
+        m = int(np.count_nonzero(d))
+        assert C.signflip_p(list(d)) >= C.signflip_floor(m) - 1e-12
+        assert C.signflip_p(list(np.abs(d))) == pytest.approx(C.signflip_floor(m))
+    assert C.nonzero_needed(0.05) == 6 and C.nonzero_needed(0.01) == 8
+
+
+def test_graded_rule_says_when_ties_at_zero_keep_more_seeds_from_deciding():
+    # R4's pattern: three of five softmax - log-ELU differences exactly 0 (neither collapsed)
+    d = C.graded_rule([0.0, 0.25, 0.0, 0.575, 0.0], min_seeds=6)
+    assert d.verdict == C.UNDECIDED and "2 of the 5 differences are nonzero" in d.reason and "4 more seeds" in d.reason
+    # and the note is right: one more, even large, positive seed leaves it undecided
+    assert C.graded_rule([0.0, 0.25, 0.0, 0.575, 0.0, 0.9], min_seeds=6).verdict == C.UNDECIDED
+    # no zeros: no note (too few seeds says it already), whatever the verdict
+    assert "nonzero" not in C.graded_rule([0.1, -0.2, 0.3, 0.05, -0.1, 0.2]).reason
+    assert "nonzero" not in C.graded_rule([0.1, 0.2], min_seeds=6).reason
+    assert "1 more seed with" in C.graded_rule([0.0, 0.1, 0.2, 0.1, 0.3, 0.2]).reason
+
+
 def test_signflip_p_is_exact_on_a_small_case():
     # all three positive and equal: 2 of 8 sign patterns are as extreme
     assert C.signflip_p([1.0, 1.0, 1.0]) == pytest.approx(2 / 8)

@@ -172,6 +172,33 @@ def signflip_p(diffs: Sequence[float], max_exact: int = 20, n_random: int = 2000
     return float(result.pvalue)
 
 
+def signflip_floor(n_nonzero: int) -> float:
+    """The smallest p the two-sided sign-flip test can give on differences of which ``n_nonzero`` are not 0,
+    whatever their values: flipping a zero changes nothing and flipping every sign keeps |mean|, so at least
+    2 * 2^zeros of the 2^n sign patterns are as extreme as the data, p >= 2 / 2^n_nonzero (1 when none is)."""
+    return min(1.0, 2.0 ** (1 - n_nonzero))
+
+
+def nonzero_needed(alpha: float = 1 - LEVEL) -> int:
+    """How many nonzero paired differences the sign-flip test needs before p < ``alpha`` is possible (6 at 0.05)."""
+    m = 1
+    while signflip_floor(m) >= alpha:
+        m += 1
+    return m
+
+
+def _ties_note(diffs: Sequence[float], alpha: float) -> str:
+    """Where ties at zero alone keep the sign-flip test above ``alpha`` (:func:`signflip_floor`), what it would
+    take: more seeds alone do not decide when their differences are 0 too. Empty otherwise."""
+    finite = [v for v in diffs if math.isfinite(v)]
+    m, need = sum(v != 0 for v in finite), nonzero_needed(alpha)
+    if m >= need or m == len(finite):
+        return ""
+    more = need - m
+    return (f"; {m} of the {len(finite)} differences are nonzero, and the sign flip needs {need} nonzero to reach "
+            f"p < {alpha:g}: {more} more {'seed' if more == 1 else 'seeds'} with a nonzero difference at least")
+
+
 def graded_rule(diffs: Sequence[float], min_seeds: int = MIN_SEEDS, alpha: float = 1 - LEVEL) -> Decision:
     """Is a graded outcome (a fraction in [0, 1]) larger for A than for B? Paired per-seed differences A - B:
     the sign-flip test decides (*reproduced* when p < alpha and the mean is positive); the t interval of the
@@ -183,10 +210,11 @@ def graded_rule(diffs: Sequence[float], min_seeds: int = MIN_SEEDS, alpha: float
     est = t_interval(diffs)
     est = Estimate(est.estimate, est.low, est.high, est.n, est.level, signflip_p(diffs))
     if est.n < min_seeds:
-        return Decision(UNDECIDED, est, f"{est.n} seeds; the rule needs >= {min_seeds}")
+        return Decision(UNDECIDED, est, f"{est.n} seeds; the rule needs >= {min_seeds}{_ties_note(diffs, alpha)}")
     if est.p < alpha:
         return Decision(REPRODUCED if est.estimate > 0 else NOT_REPRODUCED, est, f"sign-flip p = {est.p:.3g}")
-    return Decision(UNDECIDED, est, f"sign-flip p = {est.p:.3g}; more seeds or longer training")
+    return Decision(UNDECIDED, est,
+                    f"sign-flip p = {est.p:.3g}; more seeds or longer training{_ties_note(diffs, alpha)}")
 
 
 def rate_rule(hits: int, n: int, threshold: float = 0.5, min_seeds: int = MIN_SEEDS) -> Decision:
