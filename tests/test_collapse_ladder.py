@@ -546,3 +546,19 @@ def test_the_summary_says_where_the_collapse_appears_and_each_rungs_verdict_with
     assert plain.startswith("The paper's collapse (Tables 5-6) appears at no rung of the collapse ladder run so far")
     assert "R2 (Table 3's model, float32): not reproduced, 0 of 6" in plain
     assert L.summary([], []) == "The collapse ladder has not been shipped yet."
+
+
+def test_the_summary_states_the_precision_comparison_on_the_rung_that_has_it():
+    runs = [_run(s, collapsed=True, steps_share=0.5) for s in range(6)]
+    runs += [_run(s, kernel="log_elu", backend="auto") for s in range(6)]
+    runs += [_run(s, precision="bf16", collapsed=True, steps_share=0.6) for s in range(6)]
+    runs += [_run(s, kernel="log_elu", backend="auto", precision="bf16") for s in range(6)]
+    assert "float32 under the same autocast" not in L.summary(L.findings(runs), runs)  # no float32-attention run
+    runs += [_run(s, precision="bf16", backend="flash", collapsed=s == 0, steps_share=0.2) for s in range(6)]
+    text = L.summary(L.findings(runs), runs)
+    r3 = text.split("R3 (")[1].split(";")[0].split(". On the same recipe")[0].rstrip(".")  # R3 is the last rung here
+    # every seed's bf16 path collapsed on 0.4 more of its logged steps: the sign flip decides at 6 seeds
+    assert r3.endswith("and with softmax's attention in float32 under the same autocast 1 of 6 runs labelled "
+                       "collapsed (bf16 SDPA minus float32 0.4 [0.4, 0.4] of logged steps collapsed, seed by seed, "
+                       "reproduced, 6 seeds)")
+    assert text.count("float32 under the same autocast") == 1  # R2 has no such runs

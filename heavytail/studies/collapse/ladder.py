@@ -268,12 +268,25 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out + model_size(cs)
 
 
+def _precision_clause(claim: Mapping[str, Any] | None, f32: Sequence[Mapping[str, Any]]) -> str:
+    """", and with softmax's attention in float32 under the same autocast ..." for a rung with the precision claim
+    (rule 4): the float32 path's count of runs labelled collapsed and the paired difference in logged steps collapsed
+    with its verdict; "" without the claim or its estimate."""
+    if claim is None or claim.get("estimate") is None:
+        return ""
+    # commas only: the summary separates its rungs with semicolons
+    return (f", and with softmax's attention in float32 under the same autocast {sum(map(_labelled, f32))} of "
+            f"{len(f32)} runs labelled collapsed (bf16 SDPA minus float32 {C.fmt(claim['estimate'])}"
+            f"{C.interval_text(claim)} of logged steps collapsed, seed by seed, {claim['verdict']}, {claim['seeds']} "
+            "seeds)")
+
+
 def summary(found: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]], markdown: bool = False) -> str:
     """The paper's collapse rung by rung in one paragraph, printed from the decided claims (``found``) and the runs
     they were decided on: where rule 1 reads *reproduced*, then per rung its verdict with softmax's and log-ELU's
     counts of runs labelled collapsed, the graded comparison of logged steps where it reads *reproduced* and rule 1
-    does not, and rule 7. The README's, notebook 09's and the landing page's first statement of the ladder;
-    ``markdown`` sets the lead in bold."""
+    does not, the precision comparison (rule 4) where the rung has it, and rule 7. The README's, notebook 09's and
+    the landing page's first statement of the ladder; ``markdown`` sets the lead in bold."""
     by_id = {c["id"]: c for c in found}
     cs = ladder_cells(runs)
     parts, collapsed_at = [], []
@@ -292,6 +305,7 @@ def summary(found: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]
         if steps and steps["verdict"] == C.REPRODUCED and c["verdict"] != C.REPRODUCED:
             text += (f", though softmax's share of logged steps with a collapsed batch exceeds log-ELU's by "
                      f"{C.fmt(steps['estimate'])}{C.interval_text(steps)} seed by seed ({steps['verdict']})")
+        text += _precision_clause(by_id.get(f"collapse-precision-{rung.name}"), cs.get((rung.name, SOFTMAX_F32), []))
         parts.append(text)
         if c["verdict"] == C.REPRODUCED:
             collapsed_at.append(rung.name)
