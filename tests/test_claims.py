@@ -185,6 +185,28 @@ def test_rate_rule_reads_the_clopper_pearson_interval():
     assert low == 0 and high == pytest.approx(1 - 0.025 ** (1 / 8))
 
 
+def test_the_rate_rules_chance_of_deciding_matches_the_rule_applied_to_simulated_seeds():
+    rng = np.random.default_rng(11)
+    draws = 4000
+    for rate, n in ((2 / 3, 12), (1 / 3, 24), (0.5, 12), (0.9, 6)):
+        counts = rng.binomial(n, rate, size=draws)
+        decided = {k: C.rate_rule(int(k), n).verdict != C.UNDECIDED for k in set(counts.tolist())}
+        share = np.mean([decided[k] for k in counts.tolist()])
+        chance = C.rate_decide_chance(rate, n)
+        # four binomial standard errors of the simulated share
+        assert abs(share - chance) <= 4 * math.sqrt(chance * (1 - chance) / draws) + 1e-9, (rate, n, share, chance)
+    assert C.rate_decide_chance(1.0, 6) == pytest.approx(1.0)  # 6 of 6 always excludes 1/2
+    assert C.rate_decide_chance(0.5, 6) < 0.05  # only 0 or 6 of 6 decide
+
+
+def test_an_undecided_rate_says_how_likely_more_seeds_are_to_decide_it():
+    reason = C.rate_rule(4, 6).reason
+    low, high = C.rate_decide_chance(4 / 6, 12), C.rate_decide_chance(4 / 6, 24)
+    assert f"were the true rate 0.67, the rule would decide with probability {low:.2f} at 12 seeds and {high:.2f} at " \
+           "24 seeds" in reason
+    assert high < 0.5  # R3's 4 of 6: quadrupling the seeds would still more likely leave it undecided
+
+
 def test_power_formula_matches_simulation():
     # the t test's power by the noncentral t against a direct simulation of the same test
     rng = np.random.default_rng(6)

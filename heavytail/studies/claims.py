@@ -19,6 +19,7 @@ rules are what this module adds.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -230,7 +231,11 @@ def rate_rule(hits: int, n: int, threshold: float = 0.5, min_seeds: int = MIN_SE
         return Decision(REPRODUCED, est)
     if high < threshold:
         return Decision(NOT_REPRODUCED, est)
-    return Decision(UNDECIDED, est, f"the rate's interval straddles {threshold:.0%}; more seeds")
+    chances = " and ".join(f"{rate_decide_chance(hits / n, m, threshold):.2f} at {m} seeds" for m in (2 * n, 4 * n))
+    # the chance of a decision at the observed rate says whether more seeds are worth their cost: a rate near the
+    # threshold stays undecided at almost any affordable n
+    return Decision(UNDECIDED, est, f"the rate's interval straddles {threshold:.0%}; more seeds: were the true rate "
+                                    f"{hits / n:.2g}, the rule would decide with probability {chances}")
 
 
 def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
@@ -240,6 +245,19 @@ def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]
 
 
 # ------------------------------------------------------------------------------------ power
+@functools.lru_cache(maxsize=None)
+def _rate_decided_counts(n: int, threshold: float, level: float) -> tuple[int, ...]:
+    """The counts k of n whose Clopper-Pearson interval lies wholly above or below ``threshold``."""
+    return tuple(k for k in range(n + 1)
+                 if (ci := clopper_pearson(k, n, level))[0] > threshold or ci[1] < threshold)
+
+
+def rate_decide_chance(rate: float, n: int, threshold: float = 0.5, level: float = LEVEL) -> float:
+    """The probability that :func:`rate_rule` decides, either way, from ``n`` seeds when the event's true rate is
+    ``rate``: the binomial mass of the counts whose interval excludes ``threshold``."""
+    return float(sum(stats.binom.pmf(k, n, rate) for k in _rate_decided_counts(n, threshold, level)))
+
+
 def t_power(effect: float, sd: float, n: int, level: float = LEVEL) -> float:
     """Power of the two-sided one-sample t test at ``level`` to find a mean of ``effect`` with per-seed
     standard deviation ``sd`` from ``n`` seeds, in the effect's direction (scipy's noncentral t; statsmodels'
