@@ -76,7 +76,7 @@ display(Markdown(collapse.ladder.summary(found, runs, markdown=True) + " The run
                  "follow; the last section says it in plain words."))
 show(claims.claims_table(found, f"Collapse-ladder claims ({ladder.label})"), art, "findings")
 _ = art.save_table("claims.json", found)  # the landing page lists these
-show(collapse.ladder.table(runs), art, "ladder_cells")
+show(collapse.ladder_tables.table(runs), art, "ladder_cells")
 art.save_figure(collapse.ladder_plots.collapse_figure(runs), "ladder_collapse")
 
 # %% [markdown]
@@ -92,10 +92,10 @@ art.save_figure(collapse.ladder_plots.collapse_figure(runs), "ladder_collapse")
 
 # %%
 art.save_figure(collapse.ladder_plots.onset_figure(runs, block=0), "onset_aligned")
-before_onset = collapse.ladder.precursors(runs, block=0)
+before_onset = collapse.ladder_tables.precursors(runs, block=0)
 if before_onset:
-    show(collapse.ladder.precursor_table(before_onset, block=0), art, "before_onset")
-    display(Markdown(f"**{collapse.ladder.precursor_sentence(before_onset, block=0)}**"))
+    show(collapse.ladder_tables.precursor_table(before_onset, block=0), art, "before_onset")
+    display(Markdown(f"**{collapse.ladder_tables.precursor_sentence(before_onset, block=0)}**"))
 
 # %% [markdown]
 # Training also logs every step for a few steps before and after a batch that collapses after a healthy stretch.
@@ -104,9 +104,9 @@ if before_onset:
 
 # %%
 art.save_figure(collapse.ladder_plots.window_figure(runs, block=0), "onset_windows")
-absorbed = collapse.ladder.absorption_before_onset(runs, block=0)
+absorbed = collapse.ladder_tables.absorption_before_onset(runs, block=0)
 if absorbed["softmax"]:
-    show(collapse.ladder.absorption_table(absorbed, block=0), art, "absorbed_before_first_collapse")
+    show(collapse.ladder_tables.absorption_table(absorbed, block=0), art, "absorbed_before_first_collapse")
     firsts = [centre for *_, centre, _ in absorbed["softmax"]]
     shares = [x for *_, x in absorbed["softmax"]]
     onsets = [x["onset"] for x in before_onset if x["variant"][0] == "softmax"]
@@ -143,7 +143,7 @@ by_task = {r["name"]: collapse.by_task.half_plane_test(*t) for r in runs if r["c
 art.save_figure(collapse.ladder_plots.task_figure(runs, by_task), "collapse_by_task")
 unplaced = sum(r["config"]["kernel"] == "softmax" and r["name"] not in by_task for r in (*ladder.runs, *small.runs))
 if by_task:
-    show(collapse.ladder.task_table(runs, by_task), art, "collapse_by_task")
+    show(collapse.ladder_tables.task_table(runs, by_task), art, "collapse_by_task")
     mixed = [t for t in by_task.values() if 0 < t["collapsed"] < t["n"]]
     display(Markdown(
         f"**{len(by_task)} softmax runs placed; {len(mixed)} had both collapsed and healthy trials, and for "

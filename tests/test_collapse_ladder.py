@@ -11,6 +11,7 @@ import pytest
 from heavytail.harness.config import RunConfig
 from heavytail.studies import claims as C
 import heavytail.studies.collapse.ladder as L
+import heavytail.studies.collapse.ladder_tables as T
 
 M = 2000
 TOL = 3 * math.sqrt(0.05 * 0.95 / M)
@@ -135,7 +136,7 @@ def test_combined_rule_false_positive_rate_under_a_null(rate):
 
 def test_ladder_table_lists_every_cell():
     runs = [_run(s) for s in range(2)] + [_run(s, precision="bf16", kernel="log_elu", backend="auto") for s in range(2)]
-    table = L.table(runs)
+    table = T.table(runs)
     assert {(r["rung"], r["variant"]) for r in table["rows"]} == {("R2", "softmax (SDPA)"), ("R3", "log-ELU")}
 
 
@@ -143,7 +144,7 @@ def test_ladder_table_lists_each_seeds_values_in_the_order_of_its_seeds():
     """Per-seed columns line up with the seeds column, whatever order the runs come in."""
     runs = [_run(2, steps_share=0.1), _run(0, collapsed=True, steps_share=0.7), _run(1, steps_share=0.3)]
     runs[0]["median"]["ratio"], runs[1]["median"]["ratio"] = 5.0, 130.0
-    (row,) = L.table(runs)["rows"]
+    (row,) = T.table(runs)["rows"]
     assert row["seeds"] == "0, 1, 2" and row["runs collapsed"] == "1 of 3"
     assert row["collapsed batches (share of logged steps, per seed)"] == "0.700, 0.300, 0.100"
     assert row["onset (step), per seed"] == "3400, none, none"
@@ -156,9 +157,9 @@ def test_a_bf16_runs_path_is_read_from_every_call_that_trained_it():
     new["provenance"] = [{"bf16_matmuls": "emulated"}]
     mixed["provenance"] = [{}, {"bf16_matmuls": "emulated"}]  # begun before the emulation, resumed under it
     assert [L.bf16_path(r) for r in (old, new, mixed, _run(0))] == ["torch", "emulated", "torch+emulated", None]
-    (row,) = L.table([new, old, mixed])["rows"]
+    (row,) = T.table([new, old, mixed])["rows"]
     assert row["seeds"] == "0, 1, 2" and row["bf16 matmuls, per seed"] == "torch, emulated, torch+emulated"
-    (row,) = L.table([old])["rows"]
+    (row,) = T.table([old])["rows"]
     assert row["bf16 matmuls, per seed"] == "torch"
 
 
@@ -252,12 +253,12 @@ def test_the_window_figure_has_one_row_per_every_step_window():
 
 def test_saturated_from_is_the_first_step_from_which_every_later_step_is_absorbed():
     run = {"trace": {"step": [25, 50, 75, 100, 125], "block0.attn_absorbed": [0.9, 0.2, 0.8, None, 0.6]}}
-    assert L.saturated_from(run) == 125  # a step not logged breaks the stretch, as a healthy one does
+    assert T.saturated_from(run) == 125  # a step not logged breaks the stretch, as a healthy one does
     run["trace"]["block0.attn_absorbed"][3] = 1.0
-    assert L.saturated_from(run) == 75
+    assert T.saturated_from(run) == 75
     run["trace"]["block0.attn_absorbed"][4] = 0.5  # "most rows": one half is not absorbed
-    assert L.saturated_from(run) is None
-    assert L.saturated_from({"trace": {}}) is None
+    assert T.saturated_from(run) is None
+    assert T.saturated_from({"trace": {}}) is None
 
 
 def test_precursors_compare_the_span_before_each_onset_with_the_first_span_and_pair_log_elu_by_seed():
@@ -271,14 +272,14 @@ def test_precursors_compare_the_span_before_each_onset_with_the_first_span_and_p
     soft["collapse"]["onset"] = 500
     elu = traced(_run(0, kernel="log_elu", backend="auto"), [2.0, 2.0, 1.0, 0.5, 0.5, 0.5])
     other = traced(_run(1, kernel="log_elu", backend="auto"), [1.0] * 6)  # no softmax run with an onset
-    found = L.precursors([soft, elu, other], span=200)
+    found = T.precursors([soft, elu, other], span=200)
     assert len(found) == 1 and found[0]["seed"] == 0 and found[0]["span"] == 200
     # the first span holds steps 0-200 (median 4); the span before the onset steps 300-400 (upper median 1e-3)
     assert found[0]["qk_grad"] == pytest.approx((4.0, 1e-3))
     assert found[0]["partner"] == pytest.approx((2.0, 0.5))
     assert found[0]["saturated_from"] == 200
     assert found[0]["collapsed_before"] == 0.5  # steps 300 and 400: one collapsed batch; the onset's own is after
-    table = L.precursor_table(found)
+    table = T.precursor_table(found)
     assert "the 200 steps before it" in table["notes"] and "1,000" not in table["notes"]
     assert table["rows"][0]["collapsed batches before the onset (share of logged steps)"] == "0.50"
     assert table["rows"][0]["W_Q/W_K gradient, before the onset / first steps"] == f"{1e-3 / 4.0:.1e}"
@@ -291,14 +292,14 @@ def test_the_precursor_sentence_never_counts_an_absorption_after_the_onset_as_be
                 "saturated_from": saturated, "collapsed_before": collapsed_before, "qk_grad": grads,
                 "partner": (1.0, 0.1)}
 
-    text = L.precursor_sentence([found(1, 5000, 4000, (1.0, 1e-6), 0.6), found(2, 5500, 1500, (2.0, 2e-4), 0.9),
+    text = T.precursor_sentence([found(1, 5000, 4000, (1.0, 1e-6), 0.6), found(2, 5500, 1500, (2.0, 2e-4), 0.9),
                                  found(1, 4700, 5500, (1.0, 5e-2), 0.2, rung="R4")])
     assert text.startswith("3 softmax runs reached an onset (R2 softmax (SDPA) seeds 1, 2; R4 softmax (SDPA) seed 1)")
     assert "2 of them had block 0 absorbed for good 1,000 to 4,000 steps before it" in text
     assert "x1e-06 to x1e-04" in text and "log-ELU over the same steps: x1e-01)" in text
     assert "Block 0 of R4 softmax (SDPA) seed 1 was absorbed for good only after the onset or never." in text
     assert "0.20 to 0.90" in text and "(the least: R4 softmax (SDPA) seed 1)" in text and "-800" not in text
-    assert L.precursor_sentence([]) == ""
+    assert T.precursor_sentence([]) == ""
 
 
 def test_the_task_figure_shows_runs_with_both_collapsed_and_healthy_trials_first():
@@ -347,38 +348,38 @@ def test_the_onset_figures_legend_names_only_the_variants_it_draws():
 def test_absorbed_share_counts_logged_steps_with_most_rows_absorbed_before_a_step():
     run = {"trace": {"step": [0, 25, 50, 75, 100], "block0.attn_absorbed": [0.0, 1.0, 0.75, None, 0.5],
                      "block1.attn_absorbed": [0.0] * 5}}
-    assert L.absorbed_share(run) == pytest.approx(2 / 4)  # 0.5 is not "most"; None is not logged
-    assert L.absorbed_share(run, before=50) == pytest.approx(1 / 2)
-    assert L.absorbed_share(run, block=1) == 0.0
-    assert L.absorbed_share(run, block=2) is None and L.absorbed_share({"trace": {}}) is None
+    assert T.absorbed_share(run) == pytest.approx(2 / 4)  # 0.5 is not "most"; None is not logged
+    assert T.absorbed_share(run, before=50) == pytest.approx(1 / 2)
+    assert T.absorbed_share(run, block=1) == 0.0
+    assert T.absorbed_share(run, block=2) is None and T.absorbed_share({"trace": {}}) is None
 
 
 def test_absorption_before_onset_reads_each_softmax_window_and_log_elus_runs():
     from heavytail.studies import reference_maps
 
     runs = reference_maps.load("ladder")["runs"]
-    found = L.absorption_before_onset(runs)
+    found = T.absorption_before_onset(runs)
     expected, logs = [], []
     for (rung, v), rs in L.ordered_cells(runs):
         for r in rs:
             centre = (r.get("onset_window") or {}).get("center")
             if v[0] == "softmax" and centre is not None:
                 expected.append((rung, L.VARIANT_LABELS[v], r["config"]["seed"], centre,
-                                 L.absorbed_share(r, before=centre)))
+                                 T.absorbed_share(r, before=centre)))
             elif v == L.LOG_ELU:
-                logs.append(L.absorbed_share(r))
+                logs.append(T.absorbed_share(r))
     assert expected and found["softmax"] == expected
     # one seed may have two softmax runs on a rung (R3: SDPA in bf16, attention in float32); each line says which
     assert len({x[:3] for x in found["softmax"]}) == len(found["softmax"])
     assert found["log_elu"] == max(x for x in logs if x is not None)
     # the table lists the same runs, one row each, and its note carries log-ELU's largest share
-    table = L.absorption_table(found)
+    table = T.absorption_table(found)
     assert [(r["rung"], r["kernel"], r["seed"], r["first collapsed batch (step)"]) for r in table["rows"]] == [
         x[:4] for x in expected]
     assert [r["block 0 absorbed before it (share of logged steps)"] for r in table["rows"]] == [
         f"{x[4]:.2f}" for x in expected]
     assert f"at most {found['log_elu']:.2f}" in table["notes"]
-    assert "no log-ELU run" in L.absorption_table({"softmax": [], "log_elu": None})["notes"]
+    assert "no log-ELU run" in T.absorption_table({"softmax": [], "log_elu": None})["notes"]
 
 
 def test_task_table_lists_each_tested_softmax_run_in_rung_and_seed_order():
@@ -390,7 +391,7 @@ def test_task_table_lists_each_tested_softmax_run_in_rung_and_seed_order():
              for i, r in enumerate(reversed(soft))}
     untested = soft[0]["name"]
     del tests[untested]
-    table = L.task_table(runs, tests)
+    table = T.task_table(runs, tests)
     keys = [(r["rung"], r["seed"]) for r in table["rows"]]
     assert keys == sorted(keys) and len(keys) == len(tests)  # every tested run once, in rung then seed order
     row = table["rows"][0]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import heavytail.studies.collapse.ladder as collapse_ladder
+import heavytail.studies.collapse.ladder_tables as ladder_tables
 import heavytail.studies.kernel_gap.claims as kernel_gap_claims
 import heavytail.studies.kernel_gap.converged as converged_gap
 import heavytail.studies.kernel_gap.subnormal_ab as subnormal_ab
@@ -182,10 +183,10 @@ def ladder_summary(root: Path | None = None, groups: Sequence[ClaimGroup] = GROU
 
 def ladder_runs(root: Path | None = None, groups: Sequence[ClaimGroup] = GROUPS) -> str:
     """The ladder's shipped runs as the two tables of notebook 09 in markdown: per rung and kernel with a value
-    per seed (:func:`heavytail.studies.collapse.ladder.table`), and the precursors of each onset."""
+    per seed (:func:`heavytail.studies.collapse.ladder_tables.table`), and the precursors of each onset."""
     runs = _ladder_runs_of(group("ladder", groups), LADDER_RUNS, root)
-    return (tables.to_markdown(collapse_ladder.table(runs)) + "\n\n"
-            + tables.to_markdown(collapse_ladder.precursor_table(collapse_ladder.precursors(runs))))
+    return (tables.to_markdown(ladder_tables.table(runs)) + "\n\n"
+            + tables.to_markdown(ladder_tables.precursor_table(ladder_tables.precursors(runs))))
 
 
 def text_of(name: str, root: Path | None = None, groups: Sequence[ClaimGroup] = GROUPS) -> str:

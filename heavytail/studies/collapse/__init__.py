@@ -3,11 +3,12 @@
 - ``calibration``: what the collapse criterion labels on outputs built to be healthy, shrunk or collapsed;
 - ``numerics``: softmax trained through two attention paths, and the accuracy of their gradients;
 - ``ladder``: from the CPU recipe to Table 3's, one factor at a time, and its claims;
+- ``ladder_tables``: the ladder's runs and what precedes each onset, as tables (descriptive, no verdicts);
 - ``by_task``: where in the operator family a run's evaluation trials collapse;
 - ``numerics_plots``, ``ladder_plots``: their figures.
 """
 
 from heavytail.studies import lazy_submodules
 
-MODULES = ('by_task', 'calibration', 'ladder', 'ladder_plots', 'numerics', 'numerics_plots')
+MODULES = ('by_task', 'calibration', 'ladder', 'ladder_plots', 'ladder_tables', 'numerics', 'numerics_plots')
 __getattr__, __dir__ = lazy_submodules(__name__, MODULES)
