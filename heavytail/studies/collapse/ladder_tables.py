@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from heavytail.names import LOG_ELU
 from heavytail.studies import claims as C
-from heavytail.studies.collapse.ladder import (RUNGS, VARIANT_LABELS, labelled, bf16_path, ladder_cells, onsets,
+from heavytail.studies.collapse.ladder import (RUNGS, VARIANT_LABELS, bf16_path, ladder_cells, labelled, onsets,
                                                ordered_cells)
 from heavytail.studies.kernel_gap.gap import collapsed_steps
 
