@@ -47,6 +47,7 @@ from heavytail.pipeline.configuration import ConfigurationJob, configuration_job
 from heavytail.pipeline.grid_file import GridSpec, positive_int, with_base
 from heavytail.pipeline.grid_record import GridEntry, GridReport, log, previous_entries
 from heavytail.pipeline.local import run_local, run_submitit_local
+from heavytail.studies import grid_checks
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 # Not finished from this command's point of view: still to run, or run by someone else right now.
@@ -66,6 +67,9 @@ def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpe
     if executor not in EXECUTORS:
         raise ValueError(f"executor={executor!r} is not allowed; choose one of: {', '.join(EXECUTORS)}")
     spec = GridSpec.load(grid_file_or_dict)
+    problem = grid_checks.problem(spec.name, [cfg.to_dict() for cfg in spec.configs])
+    if problem:
+        raise ValueError(f"grid {spec.name!r}: {problem}; nothing was run")
     if workers is not None:
         positive_int(workers, "workers")
     workers = workers or spec.local.workers

@@ -84,6 +84,11 @@ MAPS = {
     "ladder-small": MapSpec("collapse_ladder_small.json", "params/grid_collapse_ladder_small.yaml",
                             "collapse ladder, R1's model", "softmax and log-ELU at D = 32, 2 blocks on the ladder's "
                             "6,000-step recipe (rung R1b)", trial_collapse=True, blocks=1),
+    # Tables 5-6's 48 cells at rung R2's recipe; R2's three post-norm sheared-swap cells are read from "ladder"
+    "tables56": MapSpec("tables56.json", "params/grid_tables56.yaml", "Tables 5-6 at Table 3's model",
+                        "every column, both norms, Table 1's kernels, none and symlog at rung R2's recipe, "
+                        "256 evaluation trials; 6 seeds on the claim-bearing cells, 1 on the others",
+                        trial_collapse=True, blocks=1),
     # Its endpoint reads the per-trial records and no trace; 280 runs of 64 trials fit the size of a shipped map
     # (2 MiB) only without the traces.
     "phase-confirm": MapSpec("phase_confirm.json", "params/grid_phase_confirm.yaml", "confirmatory phase map",
