@@ -3,6 +3,7 @@ P5 shape rule under simulated nulls."""
 
 from __future__ import annotations
 
+import functools
 import math
 import subprocess
 import sys
@@ -21,8 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 GRID = ROOT / "params" / "grid_tables56.yaml"
 
 
+@functools.lru_cache(maxsize=None)
+def _grid_configs(path=GRID):
+    return tuple(cfg.to_dict() for cfg in GridSpec.from_yaml(path).configs)
+
+
 def _configs(path=GRID):
-    return [cfg.to_dict() for cfg in GridSpec.from_yaml(path).configs]
+    return [dict(c) for c in _grid_configs(path)]
 
 
 def test_the_cells_are_tables_5_and_6():
@@ -132,3 +138,101 @@ def test_regular_rows_drop_skipped_steps():
     trace = {"step": [25, 50, 63, 75], "loss": [1.0, 0.5, float("nan"), 0.4]}
     steps, loss = T.regular_rows(trace, 25)
     assert steps.tolist() == [25, 50, 75] and loss.tolist() == [1.0, 0.5, 0.4]
+
+
+# ------------------------------------------------------------------------------------------ the rules P1-P5
+from heavytail.studies.collapse import tables56_rules as R  # noqa: E402
+
+
+def _run(cell, seed, fraction, ratio, loss=None):
+    cfg = {**_grid_configs()[0], **cell.config(), "seed": seed}
+    trace = {"step": STEPS.tolist(), "loss": (loss if loss is not None else np.full(STEPS.size, 0.1)).tolist(),
+             "collapsed_fraction": [0.0] * STEPS.size}
+    return {"name": f"{cell.label}-{seed}", "config": cfg, "median": {"ratio": ratio}, "mean": {"ratio": ratio},
+            "collapse": {"label": "collapse" if fraction >= 0.5 else "ok", "fraction": fraction}, "trace": trace}
+
+
+def _paper_like(seeds=T.SEEDS):
+    """Runs as the paper reports them: post-norm softmax collapses without symlog on both heavy columns and with
+    symlog on the sheared swap, learning first and diverging at step 3,500; every other run is healthy."""
+    rng = np.random.default_rng(3)
+    runs = []
+    for cell in T.CLAIM_BEARING:
+        for s in seeds:
+            bad = cell.kernel == "softmax" and cell.norm == "post" and cell.column in T.HEAVY and (
+                not cell.symlog or cell.column == "swap-pareto")
+            loss = _descending(rng)
+            if bad:
+                loss[STEPS >= 3500] = 1.0
+            runs.append(_run(cell, s, 0.9 if bad else 0.0, 40.0 if bad else 1.1 * np.exp(0.1 * rng.standard_normal()),
+                             loss))
+    return runs
+
+
+def test_paper_like_runs_reproduce_every_claim():
+    found = {c["id"]: c for c in R.findings(_paper_like())}
+    assert len(found) == 2 * (1 + 3) + 2 + 2 + 2 + 2
+    assert all(c["verdict"] == C.REPRODUCED for c in found.values()), {k: c["verdict"] for k, c in found.items()}
+    assert "survives labelling at shares 0.4 and 0.6" in found["p1-collapse-swap-pareto"]["evidence"]
+    assert "learned, then diverged 6" in found["p5-shape-inverse-pareto"]["evidence"]
+
+
+def test_never_learning_softmax_is_p5_not_reproduced_whatever_its_label():
+    runs = _paper_like()
+    for r in runs:
+        if T.cell_of(r["config"]) == T.Cell("post", "softmax", False, "swap-pareto"):
+            r["trace"]["loss"] = [0.7] * STEPS.size
+    found = {c["id"]: c for c in R.findings(runs)}
+    assert found["p5-shape-swap-pareto"]["verdict"] == C.NOT_REPRODUCED
+    assert "never learned 6" in found["p5-shape-swap-pareto"]["evidence"]
+    assert found["p1-collapse-swap-pareto"]["verdict"] == C.REPRODUCED
+
+
+def test_fewer_seeds_are_undecided_never_not_reproduced():
+    found = R.findings([r for r in _paper_like() if r["config"]["seed"] < 3])
+    assert {c["verdict"] for c in found} == {C.UNDECIDED}
+
+
+def test_a_threshold_sensitive_label_says_so():
+    runs = _paper_like()
+    for r in runs:
+        if T.cell_of(r["config"]) == T.Cell("post", "softmax", False, "inverse-pareto"):
+            r["collapse"]["fraction"] = 0.55
+    found = {c["id"]: c for c in R.findings(runs)}
+    assert "at other shares: 0.4: reproduced, 0.6: not reproduced" in found["p1-collapse-inverse-pareto"]["evidence"]
+
+
+def test_two_runs_of_one_seed_are_refused():
+    runs = _paper_like()
+    with pytest.raises(ValueError, match="two runs of"):
+        R.by_cell([*runs, runs[0]])
+
+
+def test_rate_rules_false_positive_rate_at_the_boundary():
+    """At a true collapse rate of 1/2 (the boundary of every rate claim), the composite and reversed rules call
+    reproduced in at most 5 % of simulated 6-seed cells."""
+    rng = np.random.default_rng(4)
+    n_sim, cell = 1000, T.Cell("post", "softmax", False, "swap-pareto")
+    wrong = {"p1": 0, "avoid": 0, "p2-swap": 0}
+    for _ in range(n_sim):
+        soft = [_run(cell, s, float(rng.random() < 0.5), 1.0) for s in T.SEEDS]
+        healthy = {k: [_run(cell, s, 0.0, 1.0) for s in T.SEEDS] for k in SLOWER}
+        wrong["p1"] += R.p1_collapse(soft, healthy).verdict == C.REPRODUCED
+        wrong["avoid"] += R.avoids(soft).verdict == C.REPRODUCED
+        wrong["p2-swap"] += R.p2_decision(soft, "swap-pareto").verdict == C.REPRODUCED
+    bound = 0.05 + 3 * math.sqrt(0.05 * 0.95 / n_sim)
+    assert all(v / n_sim <= bound for v in wrong.values()), wrong
+
+
+SLOWER = ("squared_elu", "linear_elu", "log_elu")
+
+
+def test_similar_false_positive_rate_at_the_margin():
+    """With the true paired log ratio at the margin (x1.5), P3's 'similar' reads reproduced in at most 5 %."""
+    rng = np.random.default_rng(5)
+    n_sim = 4000
+    m = math.log(T.SIMILAR_MARGIN)
+    calls = sum(R.similar(list(m + 0.4 * rng.standard_normal(6))).verdict == C.REPRODUCED for _ in range(n_sim))
+    assert calls / n_sim <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / n_sim)
+    assert R.similar([0.01, -0.02, 0.03, 0.0, -0.01, 0.02]).verdict == C.REPRODUCED
+    assert R.similar([2.0, 2.1, 1.9, 2.2, 2.0, 1.8]).verdict == C.NOT_REPRODUCED
