@@ -178,6 +178,9 @@ def test_each_finding_fits_a_laptop_screen_under_the_headline_figure(checked_rep
         .filter(b => b.getBoundingClientRect().right > b.closest('td').getBoundingClientRect().right + 0.5)
         .map(b => b.textContent)""")
     assert not spilled, f"verdict badges wider than their column: {sorted(set(spilled))}"
+    # the paper's claims open the page and fit, whole, in a 1280 x 800 laptop's first screen
+    bottom = browser.evaluate("document.querySelector('#paper-claims').getBoundingClientRect().bottom + window.scrollY")
+    assert bottom <= 800, f"the paper-claims table ends at {bottom:.0f} px, below a 1280 x 800 first screen"
     expected = headline_figure(out, claims_in(out, list(results)))
     assert expected is not None, "no claim of this report names a figure that was drawn"
     shown = browser.evaluate("""(() => {

@@ -527,7 +527,7 @@ def test_the_summary_says_where_the_collapse_appears_and_each_rungs_verdict_with
     runs += [_run(s, kernel="log_elu", backend="auto", precision="bf16", symlog=True) for s in range(3)]
     found = L.findings(runs)
     text = L.summary(found, runs, markdown=True)
-    assert text.startswith("**The paper's collapse (Tables 5-6) appears at rung R2 of the collapse ladder**")
+    assert text.startswith("**Most softmax runs are labelled collapsed (Tables 5-6's criterion) at rung R2 of the collapse ladder**")
     r2, r3, r4 = (text.split(f"{r} (")[1].split(";")[0] for r in ("R2", "R3", "R4"))
     assert "reproduced, 6 of 6 softmax (SDPA) runs labelled collapsed [0.541, 1], log-ELU 0 of 6" in r2
     # R3: the rate rule cannot decide 4 of 6, but every seed's graded difference is positive
@@ -544,7 +544,7 @@ def test_the_summary_says_where_the_collapse_appears_and_each_rungs_verdict_with
     healthy = [r for r in runs if not (r["config"]["precision"] == "float32" and r["config"]["kernel"] == "softmax")]
     healthy += [_run(s) for s in range(6)]
     plain = L.summary(L.findings(healthy), healthy)
-    assert plain.startswith("The paper's collapse (Tables 5-6) appears at no rung of the collapse ladder run so far")
+    assert plain.startswith("Most softmax runs are labelled collapsed (Tables 5-6's criterion) at no rung of the collapse ladder run so far")
     assert "R2 (Table 3's model, float32): not reproduced, 0 of 6" in plain
     assert L.summary([], []) == "The collapse ladder has not been shipped yet."
 
@@ -563,3 +563,14 @@ def test_the_summary_states_the_precision_comparison_on_the_rung_that_has_it():
                        "collapsed (bf16 SDPA minus float32 0.4 [0.4, 0.4] of logged steps collapsed, seed by seed, "
                        "reproduced, 6 seeds)")
     assert text.count("float32 under the same autocast") == 1  # R2 has no such runs
+
+
+def test_collapsed_steps_reads_only_the_logging_grid():
+    """A skipped step lands in the trace where it happened, off the every-log_every grid: it is not a logged step
+    (R1b's softmax seed 0 had its only collapsed row at skipped step 2,271)."""
+    from heavytail.studies.kernel_gap.gap import collapsed_steps
+
+    run = {"config": {"log_every": 25},
+           "trace": {"step": [25, 50, 63, 75, 100], "collapsed_fraction": [0.0, 0.0, 1.0, 0.0, 1.0]}}
+    assert collapsed_steps(run) == 0.25
+    assert collapsed_steps(run, 50, 100) == 0.0

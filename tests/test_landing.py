@@ -97,6 +97,7 @@ def test_a_one_seed_claim_written_as_strict_json_renders(tmp_path):
     save_json(found, tmp_path / "09_collapse_ladder" / "claims.json")
     results = [NotebookResult("09_collapse_ladder", status="ok", elapsed_s=1.0, html="09_collapse_ladder.html")]
     page = render_landing(tmp_path, "t", results, None, True, ROOT)
+    page = page[page.index('id="findings"'):]  # the claims the notebook wrote (the paper's table names "infinity")
     assert "inf" not in page.lower().replace("info", "")
     assert page.count("no interval from one seed") >= len(one_seed) > 0
 
@@ -120,3 +121,20 @@ def test_each_claims_notebooks_conclusion_comes_before_the_figure_and_the_table(
     (out / "07_kernel_gap" / "conclusion.json").unlink()
     (out / "09_collapse_ladder" / "conclusion.json").unlink()
     assert 'id="in-brief"' not in render_landing(out, "t", results, None, True, ROOT)
+
+
+def test_the_page_opens_with_the_papers_claims_then_the_repositorys_questions(tmp_path):
+    """One row per paper claim (heavytail.studies.paper_claims) before anything else the page lists, then the
+    repository's own questions; the ablation grid's one-seed claims stay off the page's findings table."""
+    from heavytail.studies import paper_claims as PC
+
+    out, results = _report(tmp_path)
+    (out / "06_summary").mkdir()
+    breadth = C.decided_on(K.findings(R.load("gap-design", ROOT)["runs"])[:2], "the ablation grid")
+    (out / "06_summary" / "claims.json").write_text(json.dumps(breadth))
+    results = [*results, NotebookResult("06_summary", status="ok", elapsed_s=1.0, html="06_summary.html")]
+    page = render_landing(out, "t", results, None, True, ROOT)
+    assert page.index('id="paper-claims"') < page.index('id="own-questions"') < page.index('id="findings"')
+    paper = page[page.index('id="paper-claims"'):page.index("</table>", page.index('id="paper-claims"'))]
+    assert re.findall(r"<tr><td><b>(\w+)</b>", paper) == [pc.id for pc in PC.PAPER_CLAIMS]
+    assert "The ablation grid's 2 claims" in page

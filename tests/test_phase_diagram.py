@@ -71,7 +71,7 @@ def test_the_static_claim_reads_the_joint_intervals_as_an_equivalence_test():
     excludes the exact value but stays in the band is a match, and is named); an interval straddling the band's
     edge leaves the claim undecided; one wholly outside the band makes it not reproduced (the cell is named)."""
     def static(rows):
-        return next(f for f in P.findings([], rows) if f["id"] == "static-exponent-matches")
+        return P._static_claim(rows)
 
     narrow = [_static_row("log_elu", 4.0, 0.0, -0.05, 0.06), _static_row("softmax", 1.5, 0.667, 0.6, 0.72)]
     assert static(narrow)["verdict"] == C.REPRODUCED and "2^18" in static(narrow)["scale"]
@@ -88,6 +88,14 @@ def test_the_static_claim_reads_the_joint_intervals_as_an_equivalence_test():
     assert found["verdict"] == C.NOT_REPRODUCED and "Outside +-0.1: softmax at a = 4" in found["evidence"]
     # computed, not trained: no seeds, and the findings table says so rather than "0"
     assert found["seeds"] is None and C.seeds_text(found) == "n/a" and C.seeds_text({"seeds": 20}) == "20"
+
+
+def test_the_static_claim_splits_app_a_kernels_from_softmax_extrapolated():
+    rows = [_static_row("log_elu", 4.0, 0.0, -0.05, 0.06), _static_row("softmax", 4.0, 0.25, 0.0, 0.12)]
+    found = {f["id"]: f for f in P.findings([], rows)}
+    poly, soft = (found[i] for i in P.STATIC_IDS)
+    assert poly["verdict"] == C.REPRODUCED and poly["source"] == "App. A" and "softmax" not in poly["evidence"]
+    assert soft["verdict"] == C.NOT_REPRODUCED and "extrapolat" in soft["claim"] and "beyond the paper" in soft["source"]
 
 
 def _static_rate(true_offset, verdict, cells=63, sd=0.03, m=2000, seed=0):

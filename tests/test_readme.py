@@ -11,6 +11,7 @@ from pathlib import Path
 from heavytail.__main__ import _COMMANDS
 from heavytail.studies import claim_groups as CG
 from heavytail.studies import claims as C
+from heavytail.studies import paper_claims as PC
 import heavytail.studies.kernel_gap.claims as K
 from heavytail.studies import reference_maps as R
 
@@ -51,22 +52,33 @@ def test_every_command_the_readme_and_docs_show_is_registered():
     assert shown <= set(_COMMANDS), f"not commands: {sorted(shown - set(_COMMANDS))}"
 
 
+FINDINGS = DOCS["findings.md"]
+
+
 def test_the_readme_is_a_front_page():
+    """It opens with the paper's claims, one row each, then the repository's own questions; short, and no line a
+    reader scrolls sideways through."""
     lines = README.splitlines()
-    assert len(lines) <= 130, f"README.md has {len(lines)} lines; move detail into docs/"
-    long = [(i + 1, len(line)) for i, line in enumerate(lines) if len(line) > 300]
-    assert not long, f"README.md lines over 300 characters (line, length): {long}"
-    assert README.index("<!-- claims table -->") < README.index("## Reading and running the notebooks")
+    assert len(lines) <= 110, f"README.md has {len(lines)} lines; move detail into docs/"
+    long = [(i + 1, len(line)) for i, line in enumerate(lines) if len(line) > 200]
+    assert not long, f"README.md lines over 200 characters (line, length): {long}"
+    first_table = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    assert lines[first_table - 1] == f"<!-- claims {CG.PAPER} -->"
+    assert README.index(f"<!-- claims {CG.PAPER} -->") < README.index(f"<!-- claims {CG.OWN} -->") < README.index(
+        "## Two commands")
+    paper = next(text for name, text in BLOCK.findall(README) if name == CG.PAPER)
+    ids = [re.match(r"\| \[(\w+)\]", row).group(1) for row in paper.splitlines()[2:] if row.startswith("| [")]
+    assert ids == [pc.id for pc in PC.PAPER_CLAIMS]
+    assert f"<!-- claims {CG.TABLE} -->" not in README, "the full claims table lives in docs/findings.md"
 
 
 def test_every_claims_block_is_printed_from_the_shipped_maps():
     found = {(page, name): text for page, body in PAGES.items() for name, text in BLOCK.findall(body)}
-    assert ("README.md", CG.TABLE) in found, "the README has no findings table block"
-    # the kernel gap's first statement is the summary of both recipes, before the table
-    assert ("README.md", CG.GAP_SUMMARY) in found, "the README does not open its findings with the gap summary"
-    assert README.index(f"<!-- claims {CG.GAP_SUMMARY} -->") < README.index("<!-- claims table -->")
-    # and the paper's collapse rung by rung, also before the table (its rows are near the table's end)
-    assert README.index(f"<!-- claims {CG.LADDER_SUMMARY} -->") < README.index("<!-- claims table -->")
+    assert ("README.md", CG.PAPER) in found and ("README.md", CG.OWN) in found
+    assert ("docs/findings.md", CG.TABLE) in found, "docs/findings.md has no findings table block"
+    # the ladder's summary opens the full findings, before the table; the kernel gap's opens its section
+    assert FINDINGS.index(f"<!-- claims {CG.LADDER_SUMMARY} -->") < FINDINGS.index("<!-- claims table -->")
+    assert ("docs/findings.md", CG.GAP_SUMMARY) in found
     # every headline group whose map is shipped has its sentences in a page (the others are 'not run' rows)
     assert {name for _, name in found} >= {g.name for g in CG.GROUPS if g.headline and CG.decide(g, ROOT) is not None}
     for (page, name), text in found.items():
@@ -79,7 +91,7 @@ def test_every_claims_block_is_printed_from_the_shipped_maps():
 def test_the_findings_table_has_each_shipped_claims_verdict_and_interval():
     """Independently of the table's code: the kernel-gap claims decided on the shipped map, each in a row
     with its verdict and interval."""
-    table = next(text for name, text in BLOCK.findall(README) if name == CG.TABLE)
+    table = next(text for name, text in BLOCK.findall(FINDINGS) if name == CG.TABLE)
     rows = table.splitlines()[2:]
     for claim in K.findings(R.load("gap-design", ROOT)["runs"]):
         row = next((r for r in rows if r.startswith(f"| {claim['claim']} |")), None)
@@ -99,3 +111,22 @@ def test_a_group_whose_map_is_absent_is_one_row_not_run(tmp_path):
     shipped = CG.table_rows(groups, root=ROOT)
     assert len(shipped) == len(K.findings(R.load("gap-design", ROOT)["runs"])) + 1
     assert shipped[-1][1] == C.NOT_RUN
+
+
+def test_a_verdict_sentence_names_the_rung_steps_and_n_of_its_own_record():
+    """A claim's sentence may name a rung, a step count or a training N only where its record's scale (what decided
+    it) says the same: a sentence that names R2 must have been decided on R2's runs, "3000 steps" on 3000-step runs."""
+    wrong = []
+    for g in CG.GROUPS:
+        for c in CG.decide(g, ROOT) or ():
+            scale = c.get("scale", "")
+            for rung in re.findall(r"\b(R\d\w?)\b", c["claim"]):
+                if not re.search(rf"\b{rung}\b", scale):
+                    wrong.append((c["id"], rung))
+            for steps in re.findall(r"(\d[\d,]*) steps", c["claim"]):
+                if f"{steps.replace(',', '')} steps" not in scale.replace(",", "") and f"cap {steps}" not in scale:
+                    wrong.append((c["id"], f"{steps} steps"))
+            for n in re.findall(r"N = (\d+)", c["claim"]):
+                if not re.search(rf"\b{n}\b", scale):
+                    wrong.append((c["id"], f"N = {n}"))
+    assert not wrong, f"sentences naming an extent their record does not hold: {wrong}"

@@ -4,20 +4,23 @@ Read top to bottom, it answers a reviewer's questions in the order they ask them
 
 1. the first line: complete, failed (which notebook, at which code cell) or partial (still running,
    interrupted, or notebooks not run);
-2. the findings: in brief, the one-sentence conclusion of each notebook that checked claims (so the collapse
+2. the paper's claims, one row each, decided on the shipped maps (:mod:`heavytail.studies.paper_claims`): whole
+   in the first screen;
+3. the repository's findings: in brief, the one-sentence conclusion of each notebook that checked claims (so the collapse
    ladder's verdict is not forty rows down the table), then the headline figure (the first that compares maps: the kernel gap at both recipes, each
    recipe's verdict in its caption), then every claim a notebook checked (``claims.json``) in one row: verdict, effect with its interval, seeds, the deciding
    scale as a short label, and the notebook section and figures that decide it; the evidence is folded;
-3. the scale that decided each claim: the map or grid per claim (``decided_by["map"]``), and the ablation
+   (the ablation grid's one-seed claims stay in its notebook's page);
+4. the scale that decided each claim: the map or grid per claim (``decided_by["map"]``), and the ablation
    grid's settings next to the paper's (the summary notebook's ``scale.csv``), folded;
-4. one card per notebook: status, run time, its key figure as a thumbnail, its one-sentence conclusion
+5. one card per notebook: status, run time, its key figure as a thumbnail, its one-sentence conclusion
    (``conclusion.json``, written by :meth:`heavytail.harness.artifacts.Artifacts.conclude`), and its figures and
    tables; run internals (checkpoints, caches, ``COMPLETE``, ``.ipynb``) are not report items;
-5. the grids: each grid's state, with its run folders.
+6. the grids: each grid's state, with its run folders.
 
 Self-contained: one HTML file with inline CSS, no script, every figure and page linked relatively, so the
-report folder opens offline, moves as a whole, and prints. The page only reads what notebooks wrote; it
-never computes a result itself.
+report folder opens offline, moves as a whole, and prints. The page reads what notebooks wrote and the shipped
+maps' claims (decided by the studies, as ``python -m heavytail claims`` prints them); it computes no result itself.
 """
 
 from __future__ import annotations
@@ -71,6 +74,11 @@ table.findings th:nth-child(1) { width: 17%; } table.findings th:nth-child(2) { 
 table.findings .badge { white-space: normal; border-radius: .7em; }  /* a narrow window wraps it, never spills */
 table.findings th:nth-child(3) { width: 16%; } table.findings th:nth-child(4) { width: 5%; }
 table.findings th:nth-child(5) { width: 15%; } table.findings th:nth-child(6) { width: 15%; }
+table.paper { font-size: .84em; table-layout: fixed; } table.paper td { padding: 2px 6px; line-height: 1.3; }
+table.paper .note { font-size: .92em; } table.paper th:nth-child(1) { width: 3.5%; }
+table.paper th:nth-child(2) { width: 42%; } table.paper th:nth-child(3) { width: 21%; }
+table.paper th:nth-child(4) { width: 19%; } .caption { margin: 0 0 .3em; }
+h2#paper { margin-top: .6em; }
 table.findings .links { font-size: .85em; } table.findings details summary { display: inline; }
 .headline { margin: .4em 0 1em; text-align: center; } .headline img { max-width: 100%; max-height: 420px; }
 .cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(340px, 1fr)); gap: 14px; }
@@ -348,12 +356,51 @@ def _in_brief(out_dir: Path, claims: Sequence[tuple[str, Mapping[str, Any]]], re
     return f"<ul class=\"brief\" id=\"in-brief\">{''.join(items)}</ul>" if items else ""
 
 
+PAPER_VERDICT_CLASS = {"reproduced": "v-reproduced", "partly reproduced": "v-undecided-at-this-power",
+                       "not reproduced": "v-not-reproduced", "undecided": "v-undecided-at-this-power"}
+
+
+def _paper_section(root: Path, own: bool = False) -> str:
+    """The paper's claims, one row each (:mod:`heavytail.studies.paper_claims`), decided on the shipped maps under
+    ``root``: the page's first table, whole in the first screen; ``own``: the repository's own questions instead."""
+    from heavytail.studies import claim_groups, paper_claims
+
+    def decide(name: str):
+        return claim_groups.decide(claim_groups.group(name), root)
+
+    rows = []
+    for r in paper_claims.rows(decide, paper_claims.OWN_QUESTIONS if own else paper_claims.PAPER_CLAIMS):
+        cls = PAPER_VERDICT_CLASS.get(r["verdict"], "v-not-run")
+        which = f"<div class=\"note\">{_esc(r['which'])}</div>" if r["which"] else ""
+        rows.append(f"<tr><td><b>{_esc(r['id'])}</b></td><td>{_esc(r['words'])} <span class=\"note\">"
+                    f"({_esc(r['section'])})</span></td><td><span class=\"badge {cls}\">{_esc(r['verdict'])}</span>"
+                    f"{which}</td><td>{_esc(r['number'])}</td><td>{_esc(r['scale'])}</td></tr>")
+    if own:
+        return ("<table class=\"paper\" id=\"own-questions\"><tr><th></th><th>the repository's own question</th>"
+                "<th>verdict</th><th>the number that decided it</th><th>our scale</th></tr>\n" + "\n".join(rows)
+                + "</table>")
+    return (f"<p class=\"note caption\">Each claim in the paper's words, its verdict from the rules registered before "
+            f"the runs, and the scale that decided it; the paper's Section 4.2 ran {_esc(paper_claims.PAPER_SCALE)}. "
+            "The repository's own questions and every rule's evidence follow.</p>"
+            "<table class=\"paper\" id=\"paper-claims\"><tr><th></th><th>the paper claims</th><th>verdict</th>"
+            "<th>the number that decided it</th><th>our scale</th></tr>\n" + "\n".join(rows) + "</table>")
+
+
+def _is_breadth(notebook: str) -> bool:
+    """The ablation grid's summary (one seed, smoke-scale steps): breadth, not power; its claims stay in its page."""
+    return notebook.endswith("_summary")
+
+
 def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str, Any]) -> str:
-    claims = claims_in(out_dir, names)
+    every = claims_in(out_dir, names)
+    claims = [(n, c) for n, c in every if not _is_breadth(n)]
+    breadth = len(every) - len(claims)
+    breadth_note = (f"<p class=\"note\">The ablation grid's {breadth} claims (one seed, 300 steps: breadth, not power) "
+                    "are in its notebook's page, not here.</p>") if breadth else ""
     if not claims:
         summary = [n for n in names if n.endswith("summary")]
         why = "; ".join(f"{n}: {results[n].status}" for n in summary if n in results) or "no notebook checked claims"
-        return f"<p class=\"note\">No findings recorded ({_esc(why)}).</p>"
+        return f"<p class=\"note\">No findings recorded ({_esc(why)}).</p>" + breadth_note
     counts = {v: sum(c["verdict"] == v for _, c in claims) for v in VERDICTS}
     line = ", ".join(f"<span class=\"v-{v.replace(' ', '-')}\"><b>{counts[v]}</b> {v}</span>" for v in VERDICTS)
     rows = []
@@ -371,8 +418,8 @@ def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str,
             f"<td>{scale}<div class=\"note\">{_esc(_decided_on(c))}</div></td>"
             f"<td class=\"links\">{' · '.join(_links(out_dir, notebook, c))}</td></tr>")
     return (_in_brief(out_dir, claims, results) + _headline(out_dir, claims)
-            + f"<p>{line} of {len(claims)} claims; each row names the map and scale that decided it.</p>"
-            "<table class=\"findings\"><tr><th>verdict</th><th>claim</th><th>effect [95 % interval]</th><th>seeds</th>"
+            + f"<p>{line} of {len(claims)} claims; each row names the map and scale that decided it.</p>" + breadth_note
+            + "<table class=\"findings\"><tr><th>verdict</th><th>claim</th><th>effect [95 % interval]</th><th>seeds</th>"
             "<th>decided at</th><th>shown in</th></tr>\n" + "\n".join(rows) + "</table>")
 
 
@@ -515,7 +562,11 @@ def render_landing(out_dir: Path, report: str, results: Sequence[Any], params_so
 <p class="status {state}" id="status">{_esc(first_line)}</p>
 <h1>heavytail report: {_esc(report)}</h1>
 <p class="meta">{' · '.join(meta)}</p>
-<h2 id="findings">Findings</h2>
+<h2 id="paper">The paper's claims</h2>
+{_paper_section(root)}
+<h2 id="own">The repository's own questions</h2>
+{_paper_section(root, own=True)}
+<h2 id="findings">Every claim the notebooks checked</h2>
 {_findings_section(out_dir, names, by_name)}
 <h2 id="scale">The scale that decided each claim</h2>
 {_scale_section(out_dir, names)}

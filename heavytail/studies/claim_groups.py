@@ -19,17 +19,20 @@ from typing import Any, Callable, Mapping, Sequence
 
 import heavytail.studies.collapse.ladder as collapse_ladder
 import heavytail.studies.collapse.ladder_tables as ladder_tables
+import heavytail.studies.collapse.tables56_rules as tables56_rules
 import heavytail.studies.kernel_gap.claims as kernel_gap_claims
 import heavytail.studies.kernel_gap.converged as converged_gap
 import heavytail.studies.kernel_gap.subnormal_ab as subnormal_ab
 import heavytail.studies.phase.confirm as phase_confirm
 import heavytail.studies.phase.diagram as phase_diagram
-from heavytail.studies import claims, reference_maps, tables
+from heavytail.studies import claims, paper_claims, reference_maps, tables
 
 TABLE = "table"  # the name under which `claims` prints every headline group as one table
 GAP_SUMMARY = "gap-summary"  # the kernel gap at both recipes in one paragraph: the README's first statement of it
 LADDER_SUMMARY = "ladder-summary"  # the paper's collapse rung by rung in one paragraph: the README's first statement
 LADDER_RUNS = "ladder-runs"  # the collapse ladder's runs per rung and seed, and what preceded each onset: two tables
+PAPER = "paper"  # the paper's claims, one row each (heavytail.studies.paper_claims): the front pages' first table
+OWN = "own"  # the repository's own questions, one row each: the front pages' second table
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ GROUPS: tuple[ClaimGroup, ...] = (
     # the paper's collapse, rung by rung toward Table 3 (notebook 09)
     ClaimGroup("ladder", "ladder", collapse_ladder.findings, in_table=collapse_ladder.in_table, also=("ladder-small",)),
     ClaimGroup("subnormal-ab", "subnormal-ab", subnormal_ab.findings, headline=False),
+    # Tables 5-6 at Table 3's model, P1-P5 (notebook 10); rung R2's three cells are the ladder's runs
+    ClaimGroup("tables56", "tables56", tables56_rules.findings, also=("ladder",)),
 )
 
 
@@ -194,6 +199,9 @@ def text_of(name: str, root: Path | None = None, groups: Sequence[ClaimGroup] = 
     ladder's summary or runs, or one group's claims."""
     if name == TABLE:
         return table_markdown(groups, root)
+    if name in (PAPER, OWN):
+        entries = paper_claims.PAPER_CLAIMS if name == PAPER else paper_claims.OWN_QUESTIONS
+        return paper_claims.markdown(lambda g: decide(group(g, groups), root), entries)
     if name == GAP_SUMMARY:
         return gap_summary(root, groups)
     if name == LADDER_SUMMARY:
@@ -220,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description="Print the claims decided on the shipped reference maps.")
     parser.add_argument("name", nargs="?", default=GROUPS[0].name,
                         help=f"a claim group ({', '.join(g.name for g in GROUPS)}; default %(default)s), "
-                             f"{TABLE}: every headline group as one findings table, {GAP_SUMMARY}: the kernel "
+                             f"{TABLE}: every headline group as one findings table, {PAPER}: the paper's claims, one row each, {OWN}: the repository's own questions, {GAP_SUMMARY}: the kernel "
                              f"gap at both recipes in one paragraph, {LADDER_SUMMARY}: the paper's collapse rung by "
                              f"rung in one paragraph, or {LADDER_RUNS}: the collapse ladder's runs per rung and seed")
     parser.add_argument("--update", metavar="FILE", default=None,

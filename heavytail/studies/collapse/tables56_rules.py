@@ -240,6 +240,11 @@ def trace_shape(run: Run, partner: Run) -> dict[str, Any]:
     return T.shape(*a, *b)
 
 
+def _has_loss(run: Run) -> bool:
+    trace = run.get("trace") or {}
+    return bool(trace.get("step")) and bool(trace.get("loss"))
+
+
 def shapes(cs: Mapping[Any, Sequence[Run]], partner_of: Callable[[Any], Any]) -> dict[Any, dict[int, dict[str, Any]]]:
     """Per group of softmax runs (a cell, or a ladder rung), per seed, the P5 shape against the run of the partner
     group (``partner_of(group)``) with the same seed; seeds without a partner run are left out."""
@@ -249,7 +254,8 @@ def shapes(cs: Mapping[Any, Sequence[Run]], partner_of: Callable[[Any], Any]) ->
             continue
         partner = {int(r["config"]["seed"]): r for r in cs.get(partner_of(group), [])}
         out[group] = {int(r["config"]["seed"]): trace_shape(r, partner[int(r["config"]["seed"])])
-                      for r in runs if int(r["config"]["seed"]) in partner and "trace" in r}
+                      for r in runs if int(r["config"]["seed"]) in partner
+                      and _has_loss(r) and _has_loss(partner[int(r["config"]["seed"])])}
     return out
 
 

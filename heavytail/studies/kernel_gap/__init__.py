@@ -2,7 +2,7 @@
 
 - ``gap``: a map's run summaries grouped by the attention path that ran, per (variant, N) across seeds;
 - ``claims``: the design map's claims (the gap's growth per doubling of N, the numerics behind it);
-- ``converged``: every variant at its own learning rate, trained until it stops improving, and its claims;
+- ``converged``: every variant at its own learning rate, trained until a stopping rule on validation fires, and its claims;
 - ``subnormal_ab``: whether flushing subnormal floats changes outcomes (a paired A/B);
 - ``plots``, ``converged_plots``: their figures.
 """

@@ -1,4 +1,4 @@
-"""The kernel gap at convergence: every variant at its own learning rate, trained until it stops improving.
+"""The kernel gap at convergence: every variant at its own learning rate, trained until a stopping rule on validation fires.
 
 The design map (``params/grid_gap_design.yaml``) trains every variant 300 steps at lr 1e-2, a rate chosen at
 N = 256 from one seed; its gap may measure how fast each kernel learns at a rate tuned for neither, not where
@@ -233,10 +233,15 @@ def summary(design: Sequence[Mapping[str, Any]], converged: Sequence[Mapping[str
     else:
         ratios = "; ".join(f"{t} ({c['verdict']}, {c['seeds']} seeds)" for t, c in zip(at_n, paired))
     per_doubling = " per doubling of the training N"
+    # what "converged" meant: how many runs the stopping rule ended at its first allowed check
+    first = [r for r in converged_runs if (r.get("stop") or {}).get("stopped_at") == r["config"].get("stop_min_steps")]
+    first_check = (f"; the rule ended {len(first)} of {len(converged_runs)} runs at its first allowed check, step "
+                   f"{converged_runs[0]['config'].get('stop_min_steps'):,}" if first else "")
     text = (f"**The kernel gap, at both recipes.** At the design recipe (every variant {'/'.join(map(str, steps))} "
             f"steps at lr {'/'.join(f'{lr:g}' for lr in lrs)}), softmax (SDPA) over log-ELU grows "
             f"{stated('gap-grows-with-n', per_doubling)}, and so does its floor-free excess over the sampling "
-            f"floor, {stated('design-excess-grows')}. Trained until it stops improving (at most {cap} steps), each "
+            f"floor, {stated('design-excess-grows')}. Trained until a stopping rule on validation fired (at most {cap} "
+            f"steps{first_check}), each "
             f"variant at its own learning rate chosen on other seeds, the excess grows "
             f"{stated('converged-excess-grows', ' per doubling')}, and softmax (SDPA) over log-ELU, paired by seed, is "
             f"{ratios}.")

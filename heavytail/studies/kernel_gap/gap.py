@@ -177,13 +177,16 @@ def collapsed_fraction_at(run: Mapping[str, Any], at: str = "train") -> float:
 
 
 def collapsed_steps(run: Mapping[str, Any], lo: float | None = None, hi: float | None = None) -> float:
-    """Fraction of logged training steps (those in [lo, hi) when given) whose batch had at least half its trials
-    collapsed (NaN if none)."""
+    """Fraction of regularly logged training steps (those in [lo, hi) when given) whose batch had at least half its
+    trials collapsed (NaN if none). Only the rows on the logging grid (steps that are multiples of ``log_every``)
+    count: a skipped (non-finite) step is recorded where it happened, off that grid, and counting it would weigh
+    the rare step that failed as one more logged step."""
     trace = run.get("trace", {})
+    every = int((run.get("config") or {}).get("log_every") or 1)
+    lo, hi = -math.inf if lo is None else lo, math.inf if hi is None else hi
     fr = trace.get("collapsed_fraction", [])
-    if lo is not None or hi is not None:
-        lo, hi = -math.inf if lo is None else lo, math.inf if hi is None else hi
-        fr = [f for s, f in zip(trace.get("step", []), fr) if lo <= s < hi]
+    steps = trace.get("step") or [every * (i + 1) for i in range(len(fr))]  # a trace without steps: every row is logged
+    fr = [f for s, f in zip(steps, fr) if lo <= s < hi and s % every == 0]
     fr = [f for f in fr if f is not None and math.isfinite(f)]
     return sum(f >= 0.5 for f in fr) / len(fr) if fr else math.nan
 

@@ -268,8 +268,8 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                           f"{LONG_REGIME} cells)" + (f": {left} not yet shipped" if left else ""),
              C.NOT_RUN: "the confirmatory map (params/grid_phase_confirm.yaml)"}.get(found["verdict"], "")
     return [C.Claim(
-        "phase-confirm", f"Trained growth with N follows App. A's boundary {PRIMARY} (pre-registered test, "
-        "floor-free excess)", "App. A (beyond the paper)",
+        "phase-confirm", f"Trained growth with N follows this repository's boundary rule {PRIMARY} (derived from "
+        "App. A's fixed-weight condition; pre-registered, floor-free excess)", "App. A (beyond the paper)",
         "not tested in the paper", found["verdict"], statistic=f"deciding cells agreeing (of {len(cells)})",
         estimate=float(len(agree)) if cells else None, seeds=min(seeds, default=0),
         scale=map_extent(mine) if mine else "",
