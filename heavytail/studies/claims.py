@@ -430,3 +430,16 @@ def claims_table(found: Sequence[Claim | Mapping[str, Any]], title: str) -> dict
     counts = {v: sum((c.to_dict() if isinstance(c, Claim) else c)["verdict"] == v for c in found) for v in VERDICTS}
     return {"title": title, "columns": ["verdict", "claim", "statistic (95 % interval)", "decided at", "evidence"],
             "rows": rows, "notes": ", ".join(f"{n} {v}" for v, n in counts.items() if n)}
+
+
+def compact_table(found: Sequence[Claim | Mapping[str, Any]], title: str) -> dict[str, Any]:
+    """The claims one line each (id, verdict badge, effect with its interval and seeds): what a claims notebook
+    opens with; :func:`claims_table` gives the evidence, at the notebook's end."""
+    rows = []
+    for c in found:
+        d = c.to_dict() if isinstance(c, Claim) else c
+        seeds = seeds_text(d)
+        rows.append({"id": d["id"], "verdict": {"text": d["verdict"], "bold": True, "color": VERDICT_COLORS[d["verdict"]]},
+                     "effect (95 % interval)": statistic_text(d) + (f"; {seeds} seeds" if seeds not in ("0", "n/a") else "")})
+    return {"title": title, "columns": ["id", "verdict", "effect (95 % interval)"], "rows": rows,
+            "notes": "Each claim's sentence, the scale that decided it and its evidence are in the table at the end."}

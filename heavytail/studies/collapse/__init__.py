@@ -5,10 +5,12 @@
 - ``ladder``: from the CPU recipe to Table 3's, one factor at a time, and its claims;
 - ``ladder_tables``: the ladder's runs and what precedes each onset, as tables (descriptive, no verdicts);
 - ``by_task``: where in the operator family a run's evaluation trials collapse;
+- ``tables56``, ``tables56_rules``, ``tables56_views``: Tables 5-6 at Table 3's model, its rules P1-P5, its tables;
 - ``numerics_plots``, ``ladder_plots``: their figures.
 """
 
 from heavytail.studies import lazy_submodules
 
-MODULES = ('by_task', 'calibration', 'ladder', 'ladder_plots', 'ladder_tables', 'numerics', 'numerics_plots')
+MODULES = ('by_task', 'calibration', 'ladder', 'ladder_plots', 'ladder_tables', 'numerics', 'numerics_plots', 'tables56',
+           'tables56_rules', 'tables56_views')
 __getattr__, __dir__ = lazy_submodules(__name__, MODULES)

@@ -65,6 +65,8 @@ def _above(d: C.Decision) -> bool:
 def _sweep(decide: Callable[[float], C.Decision]) -> str:
     """Whether a rate verdict survives the shares of SWEEP: "; survives shares 0.4 and 0.6" or what each reads."""
     base = decide(T.SHARE).verdict
+    if base == C.NOT_RUN:
+        return ""
     at = {s: decide(s).verdict for s in T.SWEEP}
     if all(v == base for v in at.values()):
         return f"; the verdict survives labelling at shares {' and '.join(f'{s:g}' for s in T.SWEEP)}"
