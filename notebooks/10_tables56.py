@@ -27,7 +27,6 @@ report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner
 
 # %%
-from IPython.display import Markdown, display
 
 from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.studies import claims, collapse, reference_maps
