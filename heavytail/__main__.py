@@ -36,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import importlib
 
+    from heavytail import cli
+
+    problem = cli.check_environment()
+    if problem:  # before anything runs: a misspelt switch would otherwise fall back silently
+        print(f"[{name}] error: {problem}", file=sys.stderr)
+        return 2
     module = importlib.import_module(_COMMANDS[name][0])
     return int(module.main(rest) or 0)
 

@@ -10,6 +10,7 @@ value out of range) ends the command with one line on stderr and exit code 2, ne
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -120,3 +121,55 @@ def bad_input(command: str, err: BaseException) -> int:
         message = f"{err.filename}: {message}"
     print(f"[{command}] error: {message}", file=sys.stderr)
     return 2
+
+
+# ------------------------------------------------------------------------------------- the environment
+# The environment variables the package reads, each parsed strictly: a value that is not one of the allowed ones is
+# one line and exit 2 at the command's start (:func:`check_environment`), never a silent fallback to a default.
+FLAG_TRUE = ("1", "true", "yes", "on")
+FLAG_FALSE = ("0", "false", "no", "off", "")
+ENV_FLAGS = {"HEAVYTAIL_NATIVE_FLASH": True}  # name -> default when unset
+ENV_SECONDS = {"HEAVYTAIL_NATIVE_BUILD_WAIT_S": 900.0}
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """A boolean environment variable: unset -> ``default``; 1/true/yes/on or 0/false/no/off/empty (any case);
+    ValueError naming the allowed values otherwise."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in FLAG_TRUE:
+        return True
+    if value in FLAG_FALSE:
+        return False
+    raise ValueError(f"environment variable {name}={raw!r} is not allowed; use one of {', '.join(FLAG_TRUE)} "
+                     f"(on) or {', '.join(v for v in FLAG_FALSE if v)} or empty (off)")
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A non-negative number of seconds from the environment: unset -> ``default``; ValueError otherwise."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"environment variable {name}={raw!r} is not allowed; it must be a number of seconds >= 0 "
+                         f"(unset: {default:g})")
+    return value
+
+
+def check_environment() -> str | None:
+    """The first environment variable of the package's with a value that is not allowed, as one line; None if all
+    are fine."""
+    try:
+        for name, default in ENV_FLAGS.items():
+            env_flag(name, default)
+        for name, default in ENV_SECONDS.items():
+            env_seconds(name, default)
+    except ValueError as err:
+        return str(err)
+    return None

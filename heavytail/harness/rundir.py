@@ -189,8 +189,9 @@ class RunDir:
         return None
 
     def is_finished(self, cfg: "RunConfig | Mapping[str, Any]") -> bool:
-        """Trained, evaluated, and the last notebook execution succeeded for the same run as ``cfg``."""
-        if not (self.is_complete() and self.has_results()):
+        """Trained, evaluated (``results.json`` readable and of this run: one cut short by a kill or a full disk is not
+        an evaluation), and the last notebook execution succeeded for the same run as ``cfg``."""
+        if not (self.is_complete() and self.has_results()) or self.stale_results() is not None:
             return False
         record = self.execution()
         return bool(record and record.get("status") == "ok" and same_run(record.get("config"), cfg))

@@ -72,6 +72,8 @@ def run_grid(grid_file_or_dict: "str | os.PathLike | Mapping[str, Any] | GridSpe
         raise ValueError(f"grid {spec.name!r}: {problem}; nothing was run")
     if workers is not None:
         positive_int(workers, "workers")
+    if threads is not None:
+        positive_int(threads, "--threads")
     workers = workers or spec.local.workers
     if threads is None:
         threads = spec.slurm.cpus_per_task if executor == "slurm" else spec.local.threads(workers)

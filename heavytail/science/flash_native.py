@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 from torch.autograd.profiler import record_function
 
+from heavytail import cli
 from heavytail.science.kernels import Kernel
 
 _log = logging.getLogger(__name__)
@@ -65,8 +66,9 @@ _ISA_FLAGS = {
 
 
 def enabled() -> bool:
-    """Whether the native path may be used at all (``HEAVYTAIL_NATIVE_FLASH=0`` switches it off)."""
-    return os.environ.get(ENV_SWITCH, "1") != "0"
+    """Whether the native path may be used at all (``HEAVYTAIL_NATIVE_FLASH`` 0/false/no/off or empty switches it
+    off; a value that is none of those nor 1/true/yes/on is a ValueError naming them)."""
+    return cli.env_flag(ENV_SWITCH, cli.ENV_FLAGS[ENV_SWITCH])
 
 
 WAIT_SWITCH = "HEAVYTAIL_NATIVE_BUILD_WAIT_S"
@@ -117,21 +119,23 @@ def _build_dir(name: str) -> Path:
 
 
 def _wait_s() -> float:
-    try:
-        return max(0.0, float(os.environ.get(WAIT_SWITCH, "900")))
-    except ValueError:
-        return 900.0
+    return cli.env_seconds(WAIT_SWITCH, cli.ENV_SECONDS[WAIT_SWITCH])
 
 
 def _take_turn(build_dir: Path):
     """An open file holding the build folder's OS lock, or None when another live builder held it past the wait."""
     handle = open(build_dir / LOCK_NAME, "a")  # noqa: SIM115  (closed by the caller, which releases the lock)
     deadline = time.monotonic() + _wait_s()
+    said = False
     while True:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return handle
         except BlockingIOError:
+            if not said:  # said as it happens: a wait of minutes must not look like a hang
+                _log.warning("native flash attention: another process is building %s; waiting up to %.0f s "
+                             "(%s=seconds to change)", build_dir.name, _wait_s(), WAIT_SWITCH)
+                said = True
             if time.monotonic() >= deadline:
                 handle.close()
                 return None

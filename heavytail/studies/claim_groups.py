@@ -101,7 +101,24 @@ def decide(g: ClaimGroup, root: Path | None = None) -> list[dict[str, Any]] | No
     if shipped is None:
         return None
     runs = list(shipped["runs"]) + [r for m in g.also if (more := reference_maps.load(m, root)) for r in more["runs"]]
-    return claims.decided_on(g.findings(runs), title(g))
+    found = claims.decided_on(g.findings(runs), title(g))
+    bad = unreadable(shipped["runs"])
+    if bad:  # said on every claim of the map: a rule reads only finite values, so these runs were left out
+        note = f" Left out: {len(bad)} run(s) of the map with no finite ratio ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})."
+        found = [{**c, "evidence": (c.get("evidence") or "") + note, "left_out": bad} for c in found]
+    return found
+
+
+def unreadable(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The names of runs whose median ratio is missing or not finite (NaN, inf): every rule leaves them out."""
+    import math
+
+    out = []
+    for r in runs:
+        value = (r.get("median") or {}).get("ratio")
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            out.append(str(r.get("name", "?")))
+    return out
 
 
 # ------------------------------------------------------------------------------------ the findings table
@@ -241,6 +258,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.update is None:
         print(text)
         return 0
+    if args.name not in (TABLE, PAPER, OWN, GAP_SUMMARY, LADDER_SUMMARY, LADDER_RUNS):
+        found = decide(group(args.name)) or []
+        hidden = sorted({n for c in found if c["verdict"] == claims.NOT_RUN for n in c.get("left_out", ())})
+        if hidden:  # a verdict must not turn into "not run" because its runs could not be read
+            return cli.bad_input("claims", ValueError(
+                f"map {group(args.name).map!r} holds runs with no finite ratio ({', '.join(hidden[:3])}); a claim "
+                f"would read 'not run' without them; nothing was rewritten: fix or re-ship those runs"))
+    elif args.name == TABLE:
+        hidden = sorted({n for g in GROUPS if g.headline for c in (decide(g) or []) if c["verdict"] == claims.NOT_RUN
+                         for n in c.get("left_out", ())})
+        if hidden:
+            return cli.bad_input("claims", ValueError(
+                f"the maps hold runs with no finite ratio ({', '.join(hidden[:3])}); a claim would read 'not run' "
+                "without them; nothing was rewritten: fix or re-ship those runs"))
     path = Path(args.update)
     # non-greedy up to the first closing marker, so an empty block never swallows the blocks after it
     pattern = re.compile(rf"(<!-- claims {re.escape(args.name)} -->\n)(?:.*?\n)??(<!-- /claims -->)", re.S)

@@ -1,0 +1,100 @@
+"""Answers the inputs do not support are refused, never silently replaced: environment switches parsed strictly,
+a thread count that is not a positive integer, a results file cut short counted as unfinished."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from heavytail import cli
+from heavytail.harness.config import RunConfig
+from heavytail.harness.rundir import RunDir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(args, env=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "heavytail", *args], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("ON", True), ("0", False), ("false", False),
+                                       ("off", False), ("no", False), ("", False)])
+def test_the_native_switch_reads_every_usual_spelling(monkeypatch, value, on):
+    from heavytail.science import flash_native
+
+    monkeypatch.setenv("HEAVYTAIL_NATIVE_FLASH", value)
+    assert flash_native.enabled() is on
+
+
+@pytest.mark.parametrize("env", [{"HEAVYTAIL_NATIVE_FLASH": "maybe"}, {"HEAVYTAIL_NATIVE_BUILD_WAIT_S": "abc"},
+                                 {"HEAVYTAIL_NATIVE_BUILD_WAIT_S": "-5"}])
+def test_a_bad_environment_value_is_one_line_and_exit_2(tmp_path, env):
+    run = _run(["grid", "params/grid_smoke.yaml", "--list", "--output-root", str(tmp_path)], env)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and next(iter(env)) in lines[0] and "allowed" in lines[0]
+    assert not any(tmp_path.iterdir())
+
+
+def test_unset_variables_take_their_defaults(monkeypatch):
+    monkeypatch.delenv("HEAVYTAIL_NATIVE_BUILD_WAIT_S", raising=False)
+    assert cli.env_seconds("HEAVYTAIL_NATIVE_BUILD_WAIT_S", 900.0) == 900.0
+    monkeypatch.setenv("HEAVYTAIL_NATIVE_BUILD_WAIT_S", "12.5")
+    assert cli.env_seconds("HEAVYTAIL_NATIVE_BUILD_WAIT_S", 900.0) == 12.5
+    assert cli.check_environment() is None
+
+
+@pytest.mark.parametrize("threads", ["0", "-4"])
+def test_a_thread_count_below_one_is_refused(tmp_path, threads):
+    run = _run(["grid", "params/grid_smoke.yaml", "--list", "--threads", threads, "--output-root", str(tmp_path)])
+    assert run.returncode == 2 and "--threads" in run.stderr and "Traceback" not in run.stderr
+
+
+def _finished_run(tmp_path) -> tuple[RunDir, RunConfig]:
+    cfg = RunConfig(steps=2, warmup_steps=1, n_points=16, trials_per_step=1, d_model=8, n_blocks=1, d_ff=8,
+                    eval_trials=2, eval_n_points=16, device="cpu")
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    run.config_path.write_text(cfg.to_yaml() if hasattr(cfg, "to_yaml") else json.dumps(cfg.to_dict()))
+    (run.path / "COMPLETE").write_text("")
+    run.results_path.write_text(json.dumps({"config": cfg.to_dict(), "median": {"ratio": 1.0}}))
+    run.execution_path.write_text(json.dumps({"status": "ok", "config": cfg.to_dict()}))
+    return run, cfg
+
+
+@pytest.mark.parametrize("cut", [0, 1, 40, -3])
+def test_a_results_file_cut_short_is_not_a_finished_run(tmp_path, cut):
+    run, cfg = _finished_run(tmp_path)
+    if not run.is_complete():
+        pytest.skip("the completion marker is written differently here")
+    assert run.is_finished(cfg)
+    text = run.results_path.read_text()
+    run.results_path.write_text(text[:cut] if cut >= 0 else text[:cut])
+    assert not run.is_finished(cfg)
+
+
+def test_claims_say_which_runs_they_left_out_and_update_refuses_to_blank_a_verdict(tmp_path, monkeypatch, capsys):
+    """A map whose softmax runs have NaN ratios: every claim names the runs it left out, and `claims --update` will
+    not rewrite the block to 'not run' (one line, exit 2, the file untouched)."""
+    from heavytail.studies import claim_groups as CG
+    from heavytail.studies import reference_maps as R
+
+    shipped = R.load("gap-design")
+    runs = [dict(r, median={**r["median"], "ratio": float("nan")}) if r["config"]["kernel"] == "softmax" else r
+            for r in shipped["runs"]]
+    monkeypatch.setattr(R, "load", lambda name, root=None: {**shipped, "runs": runs} if name == "gap-design"
+                        else None)
+    found = CG.decide(CG.group("gap-design"))
+    assert found and all("Left out:" in c["evidence"] for c in found)
+    page = tmp_path / "page.md"
+    page.write_text("<!-- claims gap-design -->\nold\n<!-- /claims -->\n")
+    code = CG.main(["gap-design", "--update", str(page)])
+    err = capsys.readouterr().err
+    assert code == 2 and "no finite ratio" in err and len(err.strip().splitlines()) == 1
+    assert page.read_text() == "<!-- claims gap-design -->\nold\n<!-- /claims -->\n"
