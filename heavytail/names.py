@@ -76,6 +76,9 @@ KERNEL_ROWS: dict[str, KernelRow] = {
     "elu_pow0.5": KernelRow("Power ELU ((s+1)^0.5)", "square root", 0.5, "tab:olive", form="power_elu"),
     "elu_pow1.5": KernelRow("Power ELU ((s+1)^1.5)", "power 1.5", 1.5, "tab:cyan", form="power_elu"),
     "elu_pow3": KernelRow("Power ELU ((s+1)^3)", "cubic", 3.0, "tab:brown", form="power_elu"),
+    # Prieto et al.'s StableMax: s + 1 for s >= 0, 1 / (1 - s) below; a bounded-growth replacement for softmax
+    # tested as an intervention at Table 3's model (linear growth, as Table 1's linear ELU, a softer negative tail)
+    "stablemax": KernelRow("StableMax (s+1; 1/(1-s))", "linear (StableMax)", 1.0, "tab:gray"),
 }
 # Table 1's kernels, in its order: what the paper's tables, figures and notebooks iterate.
 KERNELS = tuple(k for k, row in KERNEL_ROWS.items() if row.paper)

@@ -25,6 +25,23 @@ def tiny_cfg() -> RunConfig:
     return RunConfig.from_dict(TINY)
 
 
+# ------------------------------------------------------------------------------ tiers and workers
+# What each test file starts beyond Python (a marker per system, so `pytest -m "not slurm"` leaves it out), and the
+# files that read the smoke report. Under pytest-xdist (`make test`: --dist loadgroup) every file runs on one worker,
+# so a module's fixtures are built once, and the smoke report's readers share a worker, so it is built once.
+SYSTEMS = {"test_slurm.py": "slurm", "test_browser.py": "browser", "test_report.py": "notebooks",
+           "test_flash_native.py": "native"}
+SMOKE_READERS = {"test_browser.py", "test_report.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = Path(str(item.fspath)).name
+        if name in SYSTEMS:
+            item.add_marker(getattr(pytest.mark, SYSTEMS[name]))
+        item.add_marker(pytest.mark.xdist_group("smoke-report" if name in SMOKE_READERS else name))
+
+
 # ------------------------------------------------------------------------- the smoke report, once
 @dataclasses.dataclass(frozen=True)
 class SmokeReport:

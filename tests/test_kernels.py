@@ -22,6 +22,8 @@ TABLE1 = {
     "elu_pow0.5": (lambda s: math.sqrt(s + 1), lambda s: math.exp(s / 2), "square root"),
     "elu_pow1.5": (lambda s: (s + 1) ** 1.5, lambda s: math.exp(1.5 * s), "power 1.5"),
     "elu_pow3": (lambda s: (s + 1) ** 3, lambda s: math.exp(3 * s), "cubic"),
+    # Prieto et al.'s StableMax (an intervention kernel, not Table 1's)
+    "stablemax": (lambda s: s + 1, lambda s: 1 / (1 - s), "linear (StableMax)"),
 }
 
 

@@ -196,6 +196,35 @@ def _loge_ratio_row(m: Tensor, log_gm: Tensor) -> Tensor:
     return torch.exp(-log_gm)
 
 
+# StableMax (Prieto et al., "Grokking at the edge of numerical stability"): s + 1 for s >= 0, (1 - s)^{-1} below:
+# linear ELU's positive branch and log-ELU's negative one; order q = 1, like linear ELU (Table 1).
+def _stable_g(s: Tensor) -> Tensor:
+    pos, sp, sn = _split(s)
+    return torch.where(pos, sp + 1.0, 1.0 / (1.0 - sn))
+
+
+def _stable_log_g(s: Tensor) -> Tensor:
+    pos, sp, sn = _split(s)
+    return torch.where(pos, torch.log1p(sp), -torch.log1p(-sn))
+
+
+def _stable_dlog_g(s: Tensor) -> Tensor:
+    pos, sp, sn = _split(s)
+    return torch.where(pos, 1.0 / (1.0 + sp), 1.0 / (1.0 - sn))
+
+
+def _stable_g_ratio(s: Tensor, log_gm: Tensor, row: Tensor) -> Tensor:
+    # row = g(m) itself: dividing by 1 + m keeps s = m exact at m = 3e38 (multiplying by exp(-log g(m)) lost 2e-6);
+    # on the negative branch (1 - s) g(m) may overflow to inf, where the true ratio underflows to 0 anyway.
+    pos, sp, sn = _split(s)
+    return torch.where(pos, (1.0 + sp) / row, 1.0 / ((1.0 - sn) * row))
+
+
+def _stable_ratio_row(m: Tensor, log_gm: Tensor) -> Tensor:
+    pos, mp, mn = _split(m)
+    return torch.where(pos, 1.0 + mp, 1.0 / (1.0 - mn))
+
+
 # Largest q computed as products of the base (and one square root) rather than exp(q log base).
 PRODUCT_POWER_MAX = 4.0
 
@@ -273,6 +302,7 @@ FORMS: dict[str, Forms] = {
     "squared_elu": Forms(_sq_g, _sq_log_g, _sq_dlog_g, _sq_g_ratio, _elu_ratio_row, ("power", 2.0)),
     "linear_elu": Forms(_lin_g, _lin_log_g, _lin_dlog_g, _lin_g_ratio, _elu_ratio_row, ("power", 1.0)),
     "log_elu": Forms(_loge_g, _loge_log_g, _loge_dlog_g, _loge_g_ratio, _loge_ratio_row, ("log_elu", 0.0)),
+    "stablemax": Forms(_stable_g, _stable_log_g, _stable_dlog_g, _stable_g_ratio, _stable_ratio_row),
 }
 # Table 1's kernels in its order, what the paper's notebooks iterate; every registered one: names.kernel_names().
 KERNEL_NAMES: tuple[str, ...] = names.KERNELS
