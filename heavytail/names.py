@@ -83,6 +83,12 @@ KERNEL_ROWS: dict[str, KernelRow] = {
 # Table 1's kernels, in its order: what the paper's tables, figures and notebooks iterate.
 KERNELS = tuple(k for k, row in KERNEL_ROWS.items() if row.paper)
 SLOWER_KERNELS = KERNELS[1:]  # the three slower-growing kernels the paper proposes
+# App. A's family: Table 1's kernels and the power ELUs, what the phase studies (notebook 08) range over; a kernel
+# registered for another study (StableMax, an intervention) does not enter their registered designs.
+def app_a_kernels() -> tuple[str, ...]:
+    return tuple(k for k, row in KERNEL_ROWS.items() if row.paper or row.form == "power_elu")
+
+
 KERNEL_LABELS = _View(lambda: {k: row.label for k, row in KERNEL_ROWS.items()})
 KERNEL_COLORS = _View(lambda: {k: row.color for k, row in KERNEL_ROWS.items()})  # the one colour map
 GROWTH_ORDER = _View(lambda: {row.growth: row.order for row in KERNEL_ROWS.values()})

@@ -38,14 +38,14 @@ import numpy as np
 from IPython.display import Markdown, display
 
 from heavytail.harness.artifacts import artifacts, repo_root
-from heavytail.names import KERNEL_ROWS, kernel_names
+from heavytail.names import KERNEL_ROWS, app_a_kernels
 from heavytail.science.kernels import get_kernel
 from heavytail.studies import claims, kernel_gap, phase, reference_maps
 from heavytail.studies.tables import show
 
 root = repo_root()
 art = artifacts("08_phase_diagram", report=report, output_root=output_root)
-kernels = {k: KERNEL_ROWS[k].order for k in sorted(kernel_names(), key=lambda k: KERNEL_ROWS[k].order)}
+kernels = {k: KERNEL_ROWS[k].order for k in sorted(app_a_kernels(), key=lambda k: KERNEL_ROWS[k].order)}
 print("kernels by growth order q:", ", ".join(f"{k} (q = {q:g})" for k, q in kernels.items()))
 
 # %% [markdown]

@@ -177,7 +177,7 @@ def test_the_ladder_runs_block_prints_both_tables_as_markdown():
 @pytest.mark.parametrize("change, message", [
     ({"precision": "fp8"}, "precision='fp8' is not allowed"),
     ({"kernel": "log_elu", "attention_backend": "sdpa"}, "computes softmax only"),
-    ({"warmup_steps": 6000}, "warmup_steps=6000 must be smaller than steps=6000"),
+    ({"warmup_steps": 50000}, "warmup_steps=50000 must be smaller than the schedule's schedule_steps=50000"),
 ])
 def test_a_bad_rung_is_one_line_and_exit_2_before_anything_trains(tmp_path, capsys, change, message):
     import yaml

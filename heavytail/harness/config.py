@@ -61,6 +61,12 @@ class RunConfig:
     n_heads: int = 1
     alpha_rs: float = 4.899
     attention_backend: str = "auto"
+    # Interventions on the attention (none by default, so Table 3's model is unchanged): ``split_kernel`` computes
+    # eq. 7 with another registered kernel in block ``split_block`` only (block 0 is the one that sees the raw
+    # heavy-tailed tokens); ``qk_norm`` layer-normalises each head's queries and keys before the score of eq. 1.
+    split_kernel: str = ""
+    split_block: int = -1
+    qk_norm: bool = False
     # optimisation (Table 3)
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -191,6 +197,9 @@ class RunConfig:
             alpha_rs=self.alpha_rs,
             symlog=self.symlog,
             backend=self.attention_backend,
+            split_kernel=get_kernel(self.split_kernel) if self.split_kernel else None,
+            split_block=self.split_block if self.split_kernel else None,
+            qk_norm=self.qk_norm,
         )
 
 
@@ -228,6 +237,24 @@ def _positive(cfg: RunConfig, *keys: str, allow_zero: bool = False) -> None:
         if not math.isfinite(value) or bad:
             bound = ">= 0" if allow_zero else "> 0"
             raise ValueError(f"{name}={value!r} is not allowed; it must be finite and {bound}")
+
+
+def _validate_split(cfg: RunConfig) -> None:
+    """``split_kernel`` / ``split_block``: both or neither; another registered kernel than ``kernel``; a block of a
+    model of two blocks or more (a one-block model has no block structure to split)."""
+    if not cfg.split_kernel:
+        if cfg.split_block != -1:
+            raise ValueError(f"split_block={cfg.split_block} needs split_kernel (the kernel that block computes eq. 7 "
+                             "with); leave split_block unset otherwise")
+        return
+    _choice("split_kernel", cfg.split_kernel, names.kernel_names())
+    if cfg.split_kernel == cfg.kernel:
+        raise ValueError(f"split_kernel={cfg.split_kernel!r} is the run's kernel: a split needs another kernel")
+    if cfg.n_blocks < 2:
+        raise ValueError(f"split_kernel={cfg.split_kernel!r} needs n_blocks >= 2: a model of n_blocks={cfg.n_blocks} "
+                         "has no block structure to split")
+    if not 0 <= cfg.split_block < cfg.n_blocks:
+        raise ValueError(f"split_block={cfg.split_block} is outside the model: its blocks are 0-{cfg.n_blocks - 1}")
 
 
 def _validate(cfg: RunConfig) -> None:
@@ -269,6 +296,7 @@ def _validate(cfg: RunConfig) -> None:
     why = names.backend_refusal(cfg.attention_backend, cfg.kernel)
     if why is not None:
         raise ValueError(f"attention_backend={cfg.attention_backend!r} {why}")
+    _validate_split(cfg)
     if cfg.attention_backend == "flex" and cfg.device == "cpu":
         raise ValueError("attention_backend='flex' cannot train on device='cpu': flex_attention has no CPU backward; "
                          "use attention_backend='auto', 'flash' or 'tiled' on the CPU")
@@ -287,7 +315,10 @@ def _validate(cfg: RunConfig) -> None:
     if cfg.schedule_steps and cfg.schedule_steps < cfg.steps:
         raise ValueError(f"schedule_steps={cfg.schedule_steps} is shorter than steps={cfg.steps}; the schedule must "
                          "cover every step (0: steps)")
-    if cfg.warmup_steps >= cfg.steps and cfg.steps > 1:
-        raise ValueError(f"warmup_steps={cfg.warmup_steps} must be smaller than steps={cfg.steps}")
+    # The warm-up is part of the schedule, which may run past this run's steps (a run of the first 1,500 steps of a
+    # 50,000-step schedule with a 5,000-step warm-up is one); it must end before the schedule does.
+    if cfg.warmup_steps >= cfg.horizon and cfg.horizon > 1:
+        raise ValueError(f"warmup_steps={cfg.warmup_steps} must be smaller than the schedule's "
+                         + (f"schedule_steps={cfg.schedule_steps}" if cfg.schedule_steps else f"steps={cfg.steps}"))
     if cfg.collapse_spread >= 1:
         raise ValueError(f"collapse_spread={cfg.collapse_spread} must lie in (0, 1)")

@@ -22,6 +22,7 @@ follow eq. 30 and Table 3 literally.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -55,6 +56,9 @@ class ModelConfig:
     alpha_rs: float
     symlog: bool
     backend: str
+    split_kernel: Kernel | str | None  # eq. 7's kernel in block ``split_block`` only (an intervention; None: none)
+    split_block: int | None
+    qk_norm: bool  # LayerNorm on each head's queries and keys before the score of eq. 1 (an intervention)
     d_in: int = 2
     final_norm: bool = False
     tile_elements: int = DEFAULT_TILE_ELEMENTS
@@ -79,10 +83,27 @@ class ModelConfig:
             )
         if not (isinstance(self.alpha_rs, (int, float)) and math.isfinite(self.alpha_rs) and self.alpha_rs > 0):
             raise ValueError(f"ModelConfig.alpha_rs={self.alpha_rs!r}; must be a finite positive number")
+        if (self.split_kernel is None) != (self.split_block is None):
+            raise ValueError("ModelConfig.split_kernel and split_block go together: set both or neither")
+        if self.split_kernel is not None:
+            if not isinstance(self.split_kernel, Kernel):
+                object.__setattr__(self, "split_kernel", get_kernel(self.split_kernel))
+            if self.n_blocks < 2 or not 0 <= self.split_block < self.n_blocks:
+                raise ValueError(f"ModelConfig.split_block={self.split_block!r} is not a block of a model of "
+                                 f"{self.n_blocks} blocks that can be split (two or more)")
         if self.final_norm and self.norm != "pre":
             raise ValueError(
                 "ModelConfig.final_norm=True is for norm='pre' only; post-norm blocks already end in a LayerNorm"
             )
+
+
+def block_config(cfg: ModelConfig, index: int) -> ModelConfig:
+    """Block ``index``'s configuration: ``cfg`` itself, or for the split block ``cfg.split_kernel`` in place of the
+    kernel, on ``cfg.backend`` where that backend computes it, else on "auto" (SDPA computes softmax only)."""
+    if cfg.split_kernel is None or index != cfg.split_block:
+        return cfg
+    backend = cfg.backend if names.backend_refusal(cfg.backend, cfg.split_kernel.name) is None else "auto"
+    return dataclasses.replace(cfg, kernel=cfg.split_kernel, backend=backend, split_kernel=None, split_block=None)
 
 
 class KernelSelfAttention(nn.Module):
@@ -96,6 +117,9 @@ class KernelSelfAttention(nn.Module):
         self.v = nn.Linear(cfg.d_model, cfg.d_model)
         self.o = nn.Linear(cfg.d_model, cfg.d_model)
         self.kernel = cfg.kernel  # resolved: attention receives the Kernel, not its name
+        d_head = cfg.d_model // cfg.n_heads
+        self.q_norm = nn.LayerNorm(d_head) if cfg.qk_norm else None
+        self.k_norm = nn.LayerNorm(d_head) if cfg.qk_norm else None
 
     def _heads(self, x: Tensor) -> Tensor:
         b, n, _ = x.shape
@@ -113,6 +137,8 @@ class KernelSelfAttention(nn.Module):
 
     def forward(self, x: Tensor, stats: dict | None = None) -> Tensor:
         q, k, v = self._heads(self.q(x)), self._heads(self.k(x)), self._heads(self.v(x))
+        if self.q_norm is not None:  # QK-norm: |S| of eq. 1 is bounded by d_head / sqrt(d_head) times the LN gains
+            q, k = self.q_norm(q), self.k_norm(k)
         out = kernel_attention(q, k, v, self.kernel, backend=self.cfg.backend, tile_elements=self.cfg.tile_elements)
         if stats is not None:
             # Outside autocast: under bf16 autocast the score matmul would drop back to bf16, a poor
@@ -181,7 +207,7 @@ class MeasureTransformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.w_in = nn.Linear(cfg.d_in, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_blocks))
+        self.blocks = nn.ModuleList(Block(block_config(cfg, i)) for i in range(cfg.n_blocks))
         self.final_ln = nn.LayerNorm(cfg.d_model) if cfg.final_norm else None
         self.w_out = nn.Linear(cfg.d_model, cfg.d_in)
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import heavytail.studies.collapse.ladder as collapse_ladder
 import heavytail.studies.collapse.ladder_tables as ladder_tables
+import heavytail.studies.collapse.mechanism as mechanism
 import heavytail.studies.collapse.tables56_rules as tables56_rules
 import heavytail.studies.kernel_gap.claims as kernel_gap_claims
 import heavytail.studies.kernel_gap.converged as converged_gap
@@ -71,6 +72,8 @@ GROUPS: tuple[ClaimGroup, ...] = (
     ClaimGroup("subnormal-ab", "subnormal-ab", subnormal_ab.findings, headline=False),
     # Tables 5-6 at Table 3's model, P1-P5 (notebook 10); rung R2's three cells are the ladder's runs
     ClaimGroup("tables56", "tables56", tables56_rules.findings, also=("ladder",)),
+    # why softmax fails there: interventions against R2's plain softmax (the ladder's runs)
+    ClaimGroup("mechanism", "mechanism", mechanism.findings, also=("ladder",)),
 )
 
 

@@ -89,6 +89,13 @@ MAPS = {
                         "every column, both norms, Table 1's kernels, none and symlog at rung R2's recipe, "
                         "256 evaluation trials; 6 seeds on the claim-bearing cells, 1 on the others",
                         trial_collapse=True, blocks=1),
+    # Why softmax fails at Table 3's model: the screen for the paper's shape, and the interventions
+    "mechanism-screen": MapSpec("mechanism_screen.json", "params/grid_mechanism_screen.yaml", "mechanism screen",
+                                "the first 1,500 steps of rung R2's recipe in five settings, softmax and log-ELU, "
+                                "seeds 0-1", blocks=1),
+    "mechanism": MapSpec("mechanism.json", "params/grid_mechanism_interventions.yaml", "mechanism interventions",
+                         "log-ELU or softmax in block 0 only, QK-norm, StableMax at rung R2's recipe, seeds 0-5",
+                         trial_collapse=True, blocks=1),
     # Its endpoint reads the per-trial records and no trace; 280 runs of 64 trials fit the size of a shipped map
     # (2 MiB) only without the traces.
     "phase-confirm": MapSpec("phase_confirm.json", "params/grid_phase_confirm.yaml", "confirmatory phase map",

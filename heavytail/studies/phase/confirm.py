@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from heavytail.names import KERNEL_ROWS, TAIL_REGIMES
+from heavytail.names import KERNEL_ROWS, TAIL_REGIMES, app_a_kernels
 from heavytail.studies import claims as C
 from heavytail.studies.run_summary import trial_records
 
@@ -76,9 +76,9 @@ def predictions(kernel: str, regime: str) -> dict[str, bool]:
 
 
 def deciding_cells(kernels: Sequence[str] | None = None, regimes: Sequence[str] | None = None) -> list[tuple[str, str]]:
-    """The (kernel, regime) cells where the candidate rules disagree, every registered kernel and regime by
-    default."""
-    return [(k, g) for k in (kernels or KERNEL_ROWS) for g in (regimes or TAIL_REGIMES)
+    """The (kernel, regime) cells where the candidate rules disagree, every kernel of App. A's family and every regime
+    by default."""
+    return [(k, g) for k in (kernels or app_a_kernels()) for g in (regimes or TAIL_REGIMES)
             if len(set(predictions(k, g).values())) > 1]
 
 

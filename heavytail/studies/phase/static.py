@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from heavytail.names import KERNEL_ROWS
+from heavytail.names import KERNEL_ROWS, app_a_kernels
 
 TAIL_INDICES = (0.75, 1.25, 1.75, 2.25, 2.75, 3.25, 3.75, 4.5, 6.0)
 FIT_LOG2 = (10, 20)
@@ -42,8 +42,9 @@ def sizes(fit_log2: tuple[int, int] = FIT_LOG2) -> list[int]:
 
 
 def kernels() -> dict[str, float]:
-    """Every registered kernel by growth order q (heavytail.names.KERNEL_ROWS)."""
-    return {k: row.order for k, row in sorted(KERNEL_ROWS.items(), key=lambda kv: kv[1].order)}
+    """Every kernel of App. A's family by growth order q (heavytail.names.app_a_kernels)."""
+    family = set(app_a_kernels())
+    return {k: row.order for k, row in sorted(KERNEL_ROWS.items(), key=lambda kv: kv[1].order) if k in family}
 
 
 def boundaries_covered(tail_indices: Sequence[float] = TAIL_INDICES) -> dict[str, tuple[float, float] | None]:
