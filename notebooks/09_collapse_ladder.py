@@ -72,9 +72,10 @@ def decided_at(claim):
 found = [claims.decided_on([f], decided_at(f))[0] for f in collapse.ladder.findings(runs)]
 decided = [f for f in found if f["id"].startswith("paper-collapse-")]
 headline = collapse.ladder.summary(found, runs)  # printed from the claims: where it appears, then rung by rung
+art.save_figure(collapse.ladder_plots.loss_figure(runs), "ladder_loss")  # Fig. 13 beside ours, first
+show(claims.compact_table(found, f"Collapse-ladder claims ({ladder.label})"), art, "claims_compact")
 display(Markdown(collapse.ladder.summary(found, runs, markdown=True) + " The rungs, claims and what decided each "
-                 "follow; the last section says it in plain words."))
-show(claims.claims_table(found, f"Collapse-ladder claims ({ladder.label})"), art, "findings")
+                 "follow; each claim's evidence is at the end."))
 _ = art.save_table("claims.json", found)  # the landing page lists these
 show(collapse.ladder_tables.table(runs), art, "ladder_cells")
 art.save_figure(collapse.ladder_plots.collapse_figure(runs), "ladder_collapse")
@@ -166,9 +167,15 @@ display(Markdown("\n\n".join(f"- {claims.render(f)}" for f in precision) or (
     "cells of rung R3) next to SDPA in bf16 on the same seed.")))
 
 # %% [markdown]
+# ## Every claim with its evidence
+
+# %%
+show(claims.claims_table(found, f"Collapse-ladder claims ({ladder.label}), in full"), art, "findings")
+
+# %% [markdown]
 # ## In plain words
 
 # %%
 model = [f for f in found if f["id"].startswith("collapse-model-")]  # rule 7: the model or the length?
 display(Markdown("\n\n".join(claims.render(f) for f in decided + model)))
-art.conclude(headline, figure="onset_aligned")
+art.conclude(headline, figure="ladder_loss")

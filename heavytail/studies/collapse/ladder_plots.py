@@ -263,3 +263,32 @@ def window_figure(runs: Sequence[Mapping], block: int = 0, key: str = "attn_abso
     ax.set_title("The every-step windows: each row one run, aligned on its first collapsed batch after a healthy "
                  "stretch (black ticks: steps whose batch collapsed; blank: not logged)", fontsize=9)
     return fig
+
+
+def loss_figure(runs: Sequence[Mapping]):
+    """Fig. 13 beside ours, rung by rung: each seed's training loss (rolling median of its regularly logged steps),
+    softmax and log-ELU, on log axes; dotted, the step at which the paper's softmax diverged (with symlog on R4)."""
+    from heavytail.studies.collapse import tables56 as T
+    from heavytail.studies.paper_numbers import PAPER_ONSET
+
+    cs = L.ladder_cells(runs)
+    rungs = [r for r in L.RUNGS if any(k[0] == r.name for k in cs)]
+    fig, axes = plt.subplots(1, max(1, len(rungs)), figsize=(3.6 * max(1, len(rungs)), 3.4), sharey=True,
+                             squeeze=False, constrained_layout=True)
+    for ax, rung in zip(axes[0], rungs):
+        for v in (L.SOFTMAX_SDPA, L.LOG_ELU):
+            for i, run in enumerate(cs.get((rung.name, v), [])):
+                steps, loss = T.regular_rows(run["trace"], int(run["config"].get("log_every", 25)))
+                if len(steps):
+                    ax.plot(steps, T.rolling_median(loss), color=_color(v), lw=0.9, alpha=0.75,
+                            label=L.VARIANT_LABELS[v] if i == 0 else None)
+        symlog = any(r["config"]["symlog"] for v in (L.SOFTMAX_SDPA,) for r in cs.get((rung.name, v), []))
+        ax.axvline(PAPER_ONSET[symlog], color="k", ls=":", lw=1)
+        ax.set_yscale("log")
+        ax.set_title(f"{rung.name}: {rung.short}", fontsize=9)
+        ax.set_xlabel("step")
+    axes[0][0].set_ylabel("training loss (rolling median)")
+    axes[0][0].legend(fontsize=7, loc="lower left")
+    fig.suptitle("Training loss per rung, one line per seed; dotted: the paper's softmax divergence (Fig. 13: step "
+                 f"~{PAPER_ONSET[False]:,}, ~{PAPER_ONSET[True]:,} with symlog)", fontsize=9)
+    return fig
