@@ -178,6 +178,16 @@ LOG_ELU = ("log_elu", "auto")  # the slowest-growing kernel of Table 1
 SQUARED_ELU = ("squared_elu", "auto")  # Table 1's polynomial kernel of degree 2 (eq. 3 with q = 2)
 
 
+# The softmax variants other than SDPA get colours of their own; every other variant takes its kernel's colour. The
+# one colour map of variants every figure reads (no kernel has these colours).
+VARIANT_COLORS = {SOFTMAX_EXACT: "tab:orange", SOFTMAX_F32: "darkred"}
+
+
+def variant_color(v: tuple[str, str]) -> str:
+    """A variant's colour in every figure: its own for exact and float32-attention softmax, else its kernel's."""
+    return VARIANT_COLORS.get(tuple(v), KERNEL_COLORS.get(v[0], "0.4"))
+
+
 def variant_of(kernel: str, path: str = "auto") -> tuple[str, str]:
     """The variant of a run of ``kernel`` whose attention ran on ``path`` (a backend; ``"auto"``: whichever
     ``"auto"`` picks, SDPA for softmax): (kernel, path) for softmax, (kernel, "auto") for every other kernel."""

@@ -223,3 +223,14 @@ def test_a_variant_is_the_kernel_and_for_softmax_the_path():
     for bad in ("auto", "sdpa+cudnn", ""):
         with pytest.raises(ValueError, match="names no backend"):
             names.label_backends(bad)
+
+
+def test_one_colour_per_variant_in_every_figure():
+    """Exact softmax is one colour in notebook 07's figures and 09's, and no variant borrows another kernel's."""
+    from heavytail.studies.collapse import ladder_plots
+    from heavytail.studies.kernel_gap import gap
+
+    for v in (names.SOFTMAX_SDPA, names.SOFTMAX_EXACT, names.SOFTMAX_F32, names.LOG_ELU, names.SQUARED_ELU):
+        assert gap.variant_color(v) == ladder_plots._color(v) == names.variant_color(v)
+    own = set(names.VARIANT_COLORS.values())
+    assert not own & set(names.KERNEL_COLORS.values()) and len(own) == len(names.VARIANT_COLORS)

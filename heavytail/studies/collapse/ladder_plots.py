@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from heavytail.names import KERNEL_COLORS
+from heavytail.names import variant_color
 import heavytail.studies.collapse.ladder as L
 from heavytail.studies.kernel_gap.gap import collapsed_steps
 
@@ -23,12 +23,8 @@ ONSET_PANELS = (
     ("attn_entropy_ratio", "entropy / log N", False),
     ("qk_grad_norm", "|grad W_Q, W_K|", True),
 )
-VARIANT_COLORS = {L.SOFTMAX_SDPA: KERNEL_COLORS["softmax"], L.SOFTMAX_F32: "tab:orange", L.SOFTMAX_EXACT: "tab:brown",
-                  L.LOG_ELU: KERNEL_COLORS["log_elu"], L.SQUARED_ELU: KERNEL_COLORS["squared_elu"]}
-
-
 def _color(v) -> str:
-    return VARIANT_COLORS.get(v, "0.4")
+    return variant_color(v)  # the one colour per variant (heavytail.names)
 
 
 def collapse_figure(runs: Sequence[Mapping]):

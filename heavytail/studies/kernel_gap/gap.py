@@ -24,7 +24,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from heavytail.names import BACKEND_LABELS, KERNEL_COLORS, kernel_names, label_backends, variant_of
+from heavytail.names import variant_color as names_variant_color
+from heavytail.names import BACKEND_LABELS, kernel_names, label_backends, variant_of
 # The variants the claims compare (heavytail.names): softmax through SDPA's flash-style backward, softmax through
 # exact float32 attention, and the slowest-growing kernel of Table 1.
 from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA  # noqa: F401  (re-exported)
@@ -98,7 +99,7 @@ def variant_name(v: tuple[str, str]) -> str:
 
 
 def variant_color(v: tuple[str, str]) -> str:
-    return "tab:orange" if v == SOFTMAX_EXACT else KERNEL_COLORS[v[0]]
+    return names_variant_color(v)
 
 
 def _order(v: tuple[str, str]) -> tuple[int, int]:
