@@ -67,3 +67,10 @@ def test_the_schedule_spans_its_horizon():
     # step 100 of a 1000-step cosine after a 10-step warmup: lr barely decayed (a 100-step horizon would be ~0)
     expected = 0.5 * 1e-3 * (1 + math.cos(math.pi * 90 / 990))
     assert optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_the_best_validation_is_the_lowest_finite_score_with_its_step():
+    from heavytail.harness.train import best_validation
+
+    assert best_validation([[100, 0.5], [200, 0.2], [300, float("nan")], [400, 0.3]]) == {"step": 200, "value": 0.2}
+    assert best_validation([]) is None and best_validation([[100, float("inf")]]) is None

@@ -485,11 +485,22 @@ def train(
     runtime["attention"] = dict(backends)
     save_json({"steps": cfg.steps, "skipped": counters["skipped"], "name": cfg.name, "runtime": runtime,
                "stopped_at": end, "stop_reason": stop_reason or CAP, "validation": counters.get("validation", []),
+               "best_validation": best_validation(counters.get("validation", [])),
                "provenance": counters.get("provenance", [])},
               RunDir(run_dir).train_summary_path)
     # Last, and only now: the marker that says every file above is in place.
     atomic_write_text(RunDir(run_dir).complete_path, f"{cfg.name}\n")
     return run_dir
+
+
+def best_validation(history: list) -> dict[str, float] | None:
+    """The step and value of the lowest validation score of a run (``[[step, score], ...]``), None without one:
+    where a fixed budget's best weights lay, next to where it stopped."""
+    finite = [(float(v), int(s)) for s, v in history if v is not None and math.isfinite(v)]
+    if not finite:
+        return None
+    value, step = min(finite)
+    return {"step": step, "value": value}
 
 
 def training_log(run_dir: str | Path) -> list[dict[str, Any]]:

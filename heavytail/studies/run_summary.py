@@ -99,7 +99,8 @@ def run_summary(run: FinishedRun | str | Path) -> dict[str, Any]:
         "train_seconds": training_seconds(log),
         "blocks": blocks,
         "trace": trace,
-        **({"stop": {k: summary[k] for k in ("stopped_at", "stop_reason")}} if "stop_reason" in summary else {}),
+        **({"stop": {k: summary[k] for k in ("stopped_at", "stop_reason", "best_validation") if k in summary}}
+           if "stop_reason" in summary else {}),
         **({"per_trial": trial_columns(records)} if records else {}),
         **({"trial_collapse": tc} if (tc := trial_collapse(results)) else {}),
         **({"onset_window": onset_window(log, stretch=config.get("dense_log_window") or 1)} if any(row.get("dense") for row in log) else {}),
