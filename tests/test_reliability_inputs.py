@@ -98,3 +98,26 @@ def test_claims_say_which_runs_they_left_out_and_update_refuses_to_blank_a_verdi
     err = capsys.readouterr().err
     assert code == 2 and "no finite ratio" in err and len(err.strip().splitlines()) == 1
     assert page.read_text() == "<!-- claims gap-design -->\nold\n<!-- /claims -->\n"
+
+
+def test_a_shipped_run_is_never_replaced_by_different_numbers_without_a_flag(tmp_path, monkeypatch, capsys):
+    """A one-configuration rerun of the design grid under another --set, shipped with --allow-mixed: refused (one
+    line naming the run and what differs, the map untouched) unless --replace, which prints each replacement."""
+    from heavytail.studies import reference_maps as R
+    from heavytail.studies import run_summary
+
+    shipped = R.load("gap-design")
+    one = shipped["runs"][0]
+    rerun = {**one, "config": {**one["config"], "steps": 6}, "median": {**one["median"], "ratio": 2.5}}
+    assert R.replacements([rerun], shipped["runs"]) == [f"{one['name']}: configuration, median ratio"]
+    assert R.replacements([one], shipped["runs"]) == []
+    out = tmp_path / "map.json"
+    out.write_text(json.dumps(shipped))
+    grid = tmp_path / "grid"
+    grid.mkdir()
+    (grid / "grid.json").write_text(json.dumps({"grid": "grid-gap-design", "source": "params/grid_gap_design.yaml",
+                                                "configurations": [{"name": r["name"]} for r in shipped["runs"]]}))
+    monkeypatch.setattr(run_summary, "collect", lambda d: [rerun])
+    with pytest.raises(ValueError, match="would be replaced by different numbers"):
+        R.ship("gap-design", grid, command="test", output=out, allow_mixed=True)
+    assert json.loads(out.read_text()) == shipped

@@ -279,6 +279,24 @@ def merged_runs(fresh: Sequence[dict[str, Any]], shipped: Sequence[dict[str, Any
     return runs, len(kept)
 
 
+def replacements(fresh: Sequence[dict[str, Any]], shipped: Sequence[dict[str, Any]]) -> list[str]:
+    """The shipped runs a ship of ``fresh`` would replace with different numbers: same name, another configuration,
+    median ratio or training commit ("name: what differs"). A shipped number never moves without a flag saying so."""
+    old = {r.get("name"): r for r in shipped}
+    out = []
+    for r in fresh:
+        before = old.get(r["name"])
+        if before is None:
+            continue
+        differ = [what for what, get in (("configuration", lambda x: x.get("config")),
+                                         ("median ratio", lambda x: (x.get("median") or {}).get("ratio")),
+                                         ("commit", lambda x: [p.get("commit") for p in run_provenance(x)]))
+                  if get(before) != get(r)]
+        if differ:
+            out.append(f"{r['name']}: {', '.join(differ)}")
+    return out
+
+
 def without_per_trial(run: dict[str, Any]) -> dict[str, Any]:
     """``run`` without its per-trial records (the same run when it holds none)."""
     return {k: v for k, v in run.items() if k != "per_trial"} if "per_trial" in run else run
@@ -306,7 +324,7 @@ def map_of_grid(grid_file: str | Path) -> str | None:
 
 
 def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = False, allow_mixed: bool = False,
-         output: str | Path | None = None, force: bool = False) -> Path:
+         output: str | Path | None = None, force: bool = False, replace: bool = False) -> Path:
     """Write the finished runs of ``grid_dir`` as map ``name``; returns the file written. Refused (ValueError) for
     a folder of another grid and, unless ``force``, over a map with more finished runs (see the module docstring)."""
     from heavytail.studies.kernel_gap.gap import path_mismatches
@@ -328,7 +346,15 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
     cli.check_writable(out.parent, "the map's folder")
     # A folder with nothing finished still re-ships a map that holds runs of this grid: after its grid file gained
     # configurations (an edge extension, select-lr's new cells) the map keeps its runs and records the new count.
-    runs, kept = merged_runs(collect(grid_dir), _shipped_runs(out), [c.get("name") for c in record["configurations"]])
+    fresh, shipped = collect(grid_dir), _shipped_runs(out)
+    replacing = replacements(fresh, shipped)
+    if replacing and not replace:
+        raise ValueError(f"{len(replacing)} shipped run(s) would be replaced by different numbers ({replacing[0]}"
+                         f"{'; ...' if len(replacing) > 1 else ''}); nothing was shipped: ship another folder, or "
+                         "add --replace to replace them (each is printed)")
+    for line in replacing:
+        print(f"[ship-map] replacing shipped run {line}", file=sys.stderr)
+    runs, kept = merged_runs(fresh, shipped, [c.get("name") for c in record["configurations"]])
     if not runs:
         raise ValueError(f"{grid_dir} holds no finished configuration yet, and the map holds none of its grid's")
     mismatched = path_mismatches(runs)  # a map's readers group runs by the attention path that ran
@@ -375,6 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--allow-dirty", action="store_true", help="accept runs trained from a dirty tree")
     parser.add_argument("--allow-mixed", action="store_true",
                         help="accept runs from several commits, or runs that recorded none")
+    parser.add_argument("--replace", action="store_true",
+                        help="replace shipped runs that the folder holds with different numbers (each is printed)")
     parser.add_argument("--force", action="store_true",
                         help="replace a shipped map that holds more finished runs (the old file is kept as <file>.bak)")
     args = parser.parse_args(argv)
@@ -382,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.name not in MAPS:
             raise ValueError(f"unknown map {args.name!r}; the shipped maps are: {', '.join(MAPS)}")
         path = ship(args.name, args.grid_dir, output=args.output, allow_dirty=args.allow_dirty,
-                    allow_mixed=args.allow_mixed, force=args.force,
+                    allow_mixed=args.allow_mixed, force=args.force, replace=args.replace,
                     command=portable_command("python -m heavytail ship-map "
                                              + " ".join(argv if argv is not None else sys.argv[1:])))
     except cli.BAD_INPUT as err:
