@@ -121,3 +121,15 @@ def test_a_shipped_run_is_never_replaced_by_different_numbers_without_a_flag(tmp
     with pytest.raises(ValueError, match="would be replaced by different numbers"):
         R.ship("gap-design", grid, command="test", output=out, allow_mixed=True)
     assert json.loads(out.read_text()) == shipped
+
+
+def test_a_run_that_skipped_most_of_its_steps_is_labelled_diverged(tmp_path, tiny_cfg):
+    """--set lr=1e30: nearly every step is skipped; the run is 'diverged' with the reason, never 'ok'."""
+    from heavytail.harness.evaluate import evaluate
+    from heavytail.harness.train import train
+    from heavytail.science.collapse import diverged
+
+    assert diverged(11, 12, 3.0) and diverged(0, 12, float("inf")) and diverged(1, 12, 3.0) is None
+    run = train(tiny_cfg.replace(lr=1e30), tmp_path / "run", quiet=True)
+    res = evaluate(run, quiet=True)
+    assert res["collapse"]["label"] == "diverged" and "skipped" in res["collapse"]["diverged"]

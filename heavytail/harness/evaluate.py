@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from tqdm import tqdm  # plain bars: tqdm.auto needs ipywidgets in a notebook and warns in red without them
 
-from heavytail.science.collapse import collapsed, run_label, spread_ratio
+from heavytail.science.collapse import collapsed, diverged, run_label, spread_ratio
 from heavytail import cli
 from heavytail.names import hill_k
 from heavytail.harness.config import DEVICES, RunConfig
@@ -260,6 +260,11 @@ def evaluate(
     trained = load_json(summary_path).get("runtime") if summary_path.exists() else None
     results["runtime"] = {"evaluation": runtime, "training": trained}
     results["energy"].update(_ratios(d_all, d_hat, cfg))
+    train_summary = load_json(summary_path) if summary_path.exists() else {}
+    why = diverged(int(train_summary.get("skipped", 0)), int(train_summary.get("stopped_at") or cfg.steps),
+                   float(results["energy"]["median"]["ratio"]))
+    if why is not None:  # a failed run is neither healthy nor collapsed: its own label, with the reason
+        results["collapse"]["label"], results["collapse"]["diverged"] = "diverged", why
     if cfg.eval_at_train_n and cfg.n_points != cfg.eval_n_points:
         results["at_train_n"] = _at_n(model, cfg, cfg.n_points, floor_cache, dev, quiet)
     results["per_trial"] = per_trial_records(cfg.eval_n_points, d_all, torch.cat(scored["floor"]).numpy(),

@@ -42,6 +42,22 @@ def run_label(fraction_collapsed: float, majority: float = 0.5) -> str:
     return "collapse" if fraction_collapsed >= majority else "ok"
 
 
+# A run whose training skipped more than this share of its steps (non-finite loss or gradients), or whose evaluation
+# is not finite, failed: it is labelled "diverged", its own state beside "collapse" and "ok".
+DIVERGED_SKIPPED = 0.1
+
+
+def diverged(skipped_steps: int, steps: int, median_ratio: float) -> str | None:
+    """Why a run is labelled diverged (None when it is not): too many skipped steps, or a non-finite ratio."""
+    import math
+
+    if steps and skipped_steps / steps > DIVERGED_SKIPPED:
+        return f"{skipped_steps} of {steps} steps skipped (more than {DIVERGED_SKIPPED:.0%})"
+    if not math.isfinite(median_ratio):
+        return f"its median ratio to the floor is {median_ratio}"
+    return None
+
+
 def batch_collapsed(row: dict, majority: float = 0.5) -> bool:
     """Whether a training-log row's batch collapsed (``collapsed_fraction >= majority``); a row without one (its
     outputs were not finite) is not a collapse."""
