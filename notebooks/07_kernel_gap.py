@@ -63,15 +63,16 @@ for name, src in sources.items():
 # %% [markdown]
 # ## Findings
 #
-# Each claim with its verdict, the statistic that decided it with its 95 % interval and seeds, and the scale
-# that decided it (training N, trials per step, steps, evaluation N). *Undecided at this power* says what it
-# would take; it is never read as "no effect".
+# The headline first: each variant's ratio to the sampling floor against the training N (explained under "The gap
+# against N"), then each claim in one line with its verdict and its statistic with the 95 % interval and seeds.
+# *Undecided at this power* is never read as "no effect"; each claim's scale and evidence are at the end.
 
 # %%
 decided_on = design or own
 found = claims.decided_on(kernel_gap.claims.findings(decided_on), sources["gap-design"].label if design else "this report's runs")
-show(claims.claims_table(found, f"Kernel-gap claims ({sources['gap-design'].label if design else 'this report'})"),
-     art, "findings")
+art.save_figure(kernel_gap.plots.gap_figure(own, design, sources["gap-design"].label), "gap_vs_n")
+show(claims.compact_table(found, f"Kernel-gap claims ({sources['gap-design'].label if design else 'this report'})"),
+     art, "claims_compact")
 # The summary notebook (06) and the landing page list these claims.
 _ = art.save_table("kernel_gap_findings.json", found)
 
@@ -99,15 +100,14 @@ if "growth_sd" in power:
 # %% [markdown]
 # ## The gap against N
 #
-# (a) Each variant's median ratio to the sampling floor (eq. 36) against the training N, scored at the
+# The figure under Findings: (a) each variant's median ratio to the sampling floor (eq. 36) against the training N, scored at the
 # common evaluation N; points are seeds with their bootstrap intervals (eq. 37), lines the median over seeds;
 # filled markers are this report's runs, open ones the map. (b) Softmax's ratio over log-ELU's, seed by
 # seed. (c) The paper's Table 5 values, at a scale these runs do not reach. Below: the statistic the growth
 # rule reads, per variant against log-ELU.
 
 # %%
-art.save_figure(kernel_gap.plots.gap_figure(own, design, sources["gap-design"].label), "gap_vs_n")
-art.save_figure(kernel_gap.plots.growth_figure(design or own), "growth_slopes")
+art.save_figure(kernel_gap.plots.growth_figure(design or own), "growth_slopes")  # the gap figure: under Findings
 for at in kernel_gap.gap.AT:
     show(kernel_gap.claims.growth_table(design or own, at), art, f"growth_{at}")
 grows = next(f for f in found if f["id"] == "gap-grows-with-n")
@@ -218,6 +218,13 @@ if own and design:
     display(Markdown(f"**This report's runs {verdict} the map's runs of the same configurations** "
                      "(stratified rank-sum test, p >= 0.05)." if check["agree"] else
                      f"**This report's runs {verdict} the map's runs of the same configurations.**"))
+
+# %% [markdown]
+# ## Every claim with its evidence
+
+# %%
+show(claims.claims_table(found, f"Kernel-gap claims ({sources['gap-design'].label if design else 'this report'}), in full"),
+     art, "findings")
 
 # %% [markdown]
 # ## In plain words
