@@ -132,7 +132,7 @@ def _take_turn(build_dir: Path):
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return handle
         except BlockingIOError:
-            if not said:  # said as it happens: a wait of minutes must not look like a hang
+            if not said and _wait_s() >= 5:  # said as it happens: a wait of minutes must not look like a hang
                 _log.warning("native flash attention: another process is building %s; waiting up to %.0f s "
                              "(%s=seconds to change)", build_dir.name, _wait_s(), WAIT_SWITCH)
                 said = True
