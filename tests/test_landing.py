@@ -138,3 +138,12 @@ def test_the_page_opens_with_the_papers_claims_then_the_repositorys_questions(tm
     paper = page[page.index('id="paper-claims"'):page.index("</table>", page.index('id="paper-claims"'))]
     assert re.findall(r"<tr><td><b>(\w+)</b>", paper) == [pc.id for pc in PC.PAPER_CLAIMS]
     assert "The ablation grid's 2 claims" in page
+
+
+def test_a_figure_being_written_is_not_a_report_item(tmp_path):
+    """save_figure writes .<name>.tmp.png and renames it: a page written meanwhile must not link the hidden file."""
+    from heavytail.pipeline.landing import figures_of
+
+    (tmp_path / "done.png").write_bytes(b"\x89PNG")
+    (tmp_path / ".collapse_by_task.png.tmp.png").write_bytes(b"\x89PNG")
+    assert [p.name for p in figures_of(tmp_path)] == ["done.png"]

@@ -155,10 +155,20 @@ def _anchor(out_dir: Path, notebook: str, section: str | None) -> str:
 
 
 def figures_of(folder: Path) -> list[Path]:
-    """A notebook's saved figures (PNG, each with its SVG), in the order the notebook saved them."""
+    """A notebook's saved figures (PNG, each with its SVG), in the order the notebook saved them. A figure being
+    written (its hidden ``.<name>.tmp.png``, :meth:`heavytail.harness.artifacts.Artifacts.save_figure`) is not one
+    yet, and a file renamed away while the page is written is skipped."""
     if not folder.is_dir():
         return []
-    return sorted(folder.glob("*.png"), key=lambda p: (p.stat().st_mtime, p.name))
+    found = []
+    for p in folder.glob("*.png"):
+        if p.name.startswith("."):
+            continue
+        try:
+            found.append((p.stat().st_mtime, p.name, p))
+        except FileNotFoundError:
+            continue
+    return [p for *_, p in sorted(found)]
 
 
 def tables_of(folder: Path) -> list[Path]:
