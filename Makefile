@@ -45,13 +45,11 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-# The test files run side by side, one worker per core (a file's tests stay on one worker, and the smoke report's
-# readers share one, so nothing is built twice); the slowest tests are listed at the end of every run.
-TEST_WORKERS ?= auto
-
+# The slowest tests are listed at the end of every run. The suite runs in one process: the smoke report (a session
+# fixture that first removes its folder) must be built once, and pytest-xdist workers would each build it.
 test: install
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	$(PY) -m pytest -q --durations=25
 
 report: install
 	$(PY) -m heavytail report $(PARAMS)
