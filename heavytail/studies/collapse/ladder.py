@@ -48,14 +48,14 @@ with ``--only``. A rung with fewer than ``MIN_SEEDS`` seeds per kernel reads *un
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from heavytail.harness.cpu_bf16 import PATHS as BF16_PATHS
 from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_F32, SOFTMAX_SDPA, SQUARED_ELU
 from heavytail.studies import claims as C
-from heavytail.studies.kernel_gap.gap import collapsed_steps, map_extent, variant  # noqa: F401  (variant: re-exported)
+from heavytail.studies.collapse import tables56, tables56_rules
+from heavytail.studies.kernel_gap.gap import collapsed_steps, map_extent, paired_by_seed, variant  # noqa: F401  (variant: re-exported)
 from heavytail.studies.paper_numbers import PAPER_ONSET
 
 NOTEBOOK = "09_collapse_ladder"
@@ -149,12 +149,6 @@ def _trials(run: Mapping[str, Any]) -> float:
     return float(run["collapse"]["fraction"])
 
 
-def _paired(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], value) -> dict[int, float]:
-    ra, rb = ({r["config"]["seed"]: r for r in runs} for runs in (a, b))
-    out = {s: value(ra[s]) - value(rb[s]) for s in sorted(set(ra) & set(rb))}
-    return {s: v for s, v in out.items() if math.isfinite(v)}
-
-
 def bf16_path(run: Mapping[str, Any]) -> str | None:
     """Which arithmetic computed a bf16 run's matmuls over every call that trained it
     (:func:`heavytail.harness.cpu_bf16.path`): ``"torch"``, ``"emulated"``, ``"torch+emulated"`` for a run resumed
@@ -238,7 +232,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     ("collapse-steps", "share of logged steps with a collapsed batch", collapsed_steps,
                      "onset_aligned"),
                     ("collapse-trials", "share of evaluation trials collapsed", _trials, "ladder_collapse")):
-                diffs = _paired(soft, other, value)
+                diffs = paired_by_seed(soft, other, value)
                 d = C.graded_rule(list(diffs.values()), min_seeds=MIN_SEEDS) if diffs else C.Decision(
                     C.NOT_RUN, None, "no seed has both kernels")
                 out.append(C.make_claim(
@@ -249,7 +243,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     _decided_by("The ladder's verdicts", [fig])).to_dict())
         f32 = cs.get((rung.name, SOFTMAX_F32), [])
         if f32 and soft:
-            diffs = _paired(soft, f32, collapsed_steps)
+            diffs = paired_by_seed(soft, f32, collapsed_steps)
             d = C.graded_rule(list(diffs.values()), min_seeds=MIN_SEEDS) if diffs else C.Decision(
                 C.NOT_RUN, None, "no seed has both softmax paths")
             out.append(C.make_claim(
@@ -282,8 +276,6 @@ def summary(found: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]
     counts of runs labelled collapsed, the graded comparison of logged steps where it reads *reproduced* and rule 1
     does not, the precision comparison (rule 4) where the rung has it, and rule 7. The README's, notebook 09's and
     the landing page's first statement of the ladder; ``markdown`` sets the lead in bold."""
-    from heavytail.studies.collapse import tables56, tables56_rules
-
     by_id = {c["id"]: c for c in found}
     cs = ladder_cells(runs)
     # P5's shape of each rung's softmax runs (tables56.shape): whether it learned first, as the paper's did
@@ -339,7 +331,7 @@ def model_size(cs: Mapping[tuple[str, tuple[str, str]], Sequence[Mapping[str, An
     big, small = cs.get(("R2", SOFTMAX_SDPA), []), cs.get(("R1b", SOFTMAX_SDPA), [])
     if not big or not small:
         return []
-    diffs = _paired(big, small, collapsed_steps)
+    diffs = paired_by_seed(big, small, collapsed_steps)
     d = C.graded_rule(list(diffs.values()), min_seeds=MIN_SEEDS) if diffs else C.Decision(
         C.NOT_RUN, None, "no seed has softmax on both rungs")
     return [C.make_claim(

@@ -45,7 +45,7 @@ import numpy as np
 from heavytail.studies import claims as C
 from heavytail.studies.collapse import tables56 as T
 from heavytail.studies.collapse import tables56_rules as R
-from heavytail.studies.kernel_gap.gap import collapsed_steps, map_extent
+from heavytail.studies.kernel_gap.gap import collapsed_steps, map_extent, paired_by_seed
 
 NOTEBOOK = "09_collapse_ladder"
 Run = Mapping[str, Any]
@@ -93,13 +93,15 @@ INTERVENTIONS: dict[str, dict[str, Any]] = {
 INTERVENTION_KEYS = ("kernel", "split_kernel", "split_block", "qk_norm")
 
 
+NO_INTERVENTION = {"split_kernel": "", "split_block": -1, "qk_norm": False}  # RunConfig's defaults
+
+
 def intervention_of(config: Mapping[str, Any]) -> str | None:
     """The intervention a run configuration is (None for plain softmax or anything else)."""
-    full = {"split_kernel": "", "split_block": -1, "qk_norm": False, **config}
+    full = {**NO_INTERVENTION, **config}
     for name, keys in INTERVENTIONS.items():
-        if all(full.get(k) == v for k, v in keys.items() if k in INTERVENTION_KEYS) and all(
-                full.get(k) == {"split_kernel": "", "split_block": -1, "qk_norm": False}[k]
-                for k in ("split_kernel", "split_block", "qk_norm") if k not in keys):
+        wanted = {**NO_INTERVENTION, **keys}
+        if all(full.get(k) == wanted.get(k) for k in INTERVENTION_KEYS):
             return name
     return None
 
@@ -125,10 +127,6 @@ def groups(runs: Sequence[Run]) -> tuple[list[Run], dict[str, list[Run]]]:
     return sorted(plain, key=key), {k: sorted(v, key=key) for k, v in by.items()}
 
 
-def _paired(a: Sequence[Run], b: Sequence[Run], value) -> dict[int, float]:
-    return R._paired(a, b, value)
-
-
 def findings(runs: Sequence[Run]) -> list[dict[str, Any]]:
     """Rules 1-3 per intervention that has runs, then the hypothesis row."""
     plain, by = groups(runs)
@@ -143,10 +141,9 @@ def findings(runs: Sequence[Run]) -> list[dict[str, Any]]:
             "Sec. 4.2 (hypothesis)", "not tested in the paper", d, f"share of {name} runs labelled collapsed", where,
             f"runs labelled collapsed: {name} {R.count(mine)}, plain softmax {R.count(plain)}",
             {"notebook": NOTEBOOK, "section": "Interventions", "figures": []}).to_dict())
-        for cid, what, value, _fig in (
-                ("fewer-steps", "share of logged steps with a collapsed batch", collapsed_steps, None),
-                ("closer", "log ratio to the floor", R._log_ratio, None)):
-            diffs = _paired(plain, mine, value)
+        for cid, what, value in (("fewer-steps", "share of logged steps with a collapsed batch", collapsed_steps),
+                                 ("closer", "log ratio to the floor", R._log_ratio)):
+            diffs = paired_by_seed(plain, mine, value)
             dd = C.graded_rule(list(diffs.values()), min_seeds=T.MIN_SEEDS) if diffs else C.Decision(
                 C.NOT_RUN, None, "no seed has both")
             out.append(C.make_claim(

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 from heavytail.names import SLOWER_KERNELS, kernel_label
 from heavytail.studies import claims as C
 from heavytail.studies.collapse import tables56 as T
-from heavytail.studies.kernel_gap.gap import map_extent
+from heavytail.studies.kernel_gap.gap import map_extent, paired_by_seed
 
 NOTEBOOK = "10_tables56"
 Run = Mapping[str, Any]
@@ -73,12 +73,6 @@ def _sweep(decide: Callable[[float], C.Decision]) -> str:
     return "; at other shares: " + ", ".join(f"{s:g}: {v}" for s, v in at.items())
 
 
-def _paired(a: Sequence[Run], b: Sequence[Run], value: Callable[[Run], float]) -> dict[int, float]:
-    ra, rb = ({int(r["config"]["seed"]): r for r in runs} for runs in (a, b))
-    out = {s: value(ra[s]) - value(rb[s]) for s in sorted(set(ra) & set(rb))}
-    return {s: v for s, v in out.items() if math.isfinite(v)}
-
-
 def _log_ratio(run: Run) -> float:
     r = ratio(run)
     return math.log(r) if r > 0 and math.isfinite(r) else math.nan
@@ -126,7 +120,7 @@ def p1(cs: Mapping[T.Cell, Sequence[Run]]) -> list[dict[str, Any]]:
             + _sweep(lambda s, soft=soft, slower=slower: p1_collapse(soft, slower, s)), "P1"))
         for k in SLOWER_KERNELS:
             other = slower.get(k, [])
-            diffs = _paired(soft, other, _log_ratio)
+            diffs = paired_by_seed(soft, other, _log_ratio)
             d = C.graded_rule(list(diffs.values()), min_seeds=T.MIN_SEEDS) if diffs else C.Decision(
                 C.NOT_RUN, None, "no seed has both kernels")
             out.append(_claim(
@@ -218,7 +212,7 @@ def p3(cs: Mapping[T.Cell, Sequence[Run]]) -> list[dict[str, Any]]:
     soft = cs.get(T.Cell("post", "softmax", False, col), [])
     log = cs.get(T.Cell("post", "log_elu", False, col), [])
     rest = {k: cs.get(T.Cell("post", k, False, col), []) for k in ("squared_elu", "linear_elu")}
-    diffs = _paired(soft, log, _log_ratio)
+    diffs = paired_by_seed(soft, log, _log_ratio)
     return [
         _claim("p3-gaussian-collapse", "On the Gaussian sheared swap post-norm softmax and log-ELU avoid collapse",
                "all four kernels avoid collapse on Gaussian data (Table 5)", p3_avoid(soft, log),

@@ -229,7 +229,12 @@ def paired_difference(cs: Mapping[tuple, Cell], a: tuple[str, str], b: tuple[str
     """Per seed, ``value(run of a) - value(run of b)`` at training N ``n`` (e.g. a collapsed fraction)."""
     if (a, n) not in cs or (b, n) not in cs:
         return {}
-    ra, rb = cs[(a, n)].by_seed(), cs[(b, n)].by_seed()
+    return paired_by_seed(cs[(a, n)].runs, cs[(b, n)].runs, value)
+
+
+def paired_by_seed(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], value) -> dict[int, float]:
+    """Per seed that both lists of runs hold, ``value(run of a) - value(run of b)``; non-finite differences left out."""
+    ra, rb = ({int(r["config"]["seed"]): r for r in runs} for runs in (a, b))
     out = {s: value(ra[s]) - value(rb[s]) for s in sorted(set(ra) & set(rb))}
     return {s: v for s, v in out.items() if math.isfinite(v)}
 
