@@ -115,6 +115,10 @@ class RunConfig:
     val_trials: int = 16
     stop_tolerance: float = 0.0
     stop_min_steps: int = 0
+    # Keep the weights of the best validation score so far (``model_best.pt``) and evaluate them as well as the
+    # final weights: a fixed budget's result is then the best validated model, not wherever the last step left
+    # it (results.json's "best_weights"). Needs ``val_every`` > 0.
+    keep_best: bool = False
     checkpoint_every: int = 500
     log_every: int = 10
     eval_batch_trials: int = 8  # trials per forward pass at evaluation: memory, not results (each trial draws from its own stream)
@@ -286,6 +290,8 @@ def _validate(cfg: RunConfig) -> None:
     if cfg.stop_tolerance > 0 and cfg.val_every == 0:
         raise ValueError(f"stop_tolerance={cfg.stop_tolerance} needs val_every > 0: the stopping rule reads the "
                          "validation scores")
+    if cfg.keep_best and cfg.val_every == 0:
+        raise ValueError("keep_best=true needs val_every > 0: the best weights are the best validation score's")
     if cfg.val_every > cfg.steps:
         raise ValueError(f"val_every={cfg.val_every} is larger than steps={cfg.steps}: no validation would run")
     if cfg.stop_min_steps > cfg.steps:

@@ -267,6 +267,8 @@ def evaluate(
         results["collapse"]["label"], results["collapse"]["diverged"] = "diverged", why
     if cfg.eval_at_train_n and cfg.n_points != cfg.eval_n_points:
         results["at_train_n"] = _at_n(model, cfg, cfg.n_points, floor_cache, dev, quiet)
+    if cfg.keep_best:
+        results["best_weights"] = _best_weights(run_dir, cfg, train_summary, floor_cache, dev, quiet)
     results["per_trial"] = per_trial_records(cfg.eval_n_points, d_all, torch.cat(scored["floor"]).numpy(),
                                              trials.marginal_params, cfg.marginals)
     results["provenance"] = {"training": load_json(summary_path).get("provenance") if summary_path.exists() else None,
@@ -333,6 +335,22 @@ def _at_n(model, cfg: RunConfig, n: int, floor_cache: Path, dev: torch.device, q
             **_ratios(d, np.asarray(pool["d_hat"], dtype=np.float64), at),
             "per_trial": per_trial_records(n, d, torch.cat(scored["floor"]).numpy(), scored["trials"].marginal_params,
                                            cfg.marginals)}
+
+
+def _best_weights(run_dir: Path, cfg: RunConfig, summary: dict[str, Any], floor_cache: Path, dev: torch.device,
+                  quiet: bool) -> dict[str, Any]:
+    """The weights of the best validation score scored like the final ones, on the same trials: eq. 36-37 at the
+    common N and (with ``eval_at_train_n``) at the training N, with the step and validation score they come from.
+    ``{"step": None, "reason": ...}`` when training kept none (no validation score was finite)."""
+    best = summary.get("best_validation")
+    if not best or not RunDir(run_dir).best_model_path.exists():
+        return {"step": None, "reason": "no finite validation score: training kept no best weights"}
+    model, _ = load_model(run_dir, dev, best=True)
+    out = {"step": int(best["step"]), "value": float(best["value"]),
+           **_at_n(model, cfg, cfg.eval_n_points, floor_cache, dev, quiet)}
+    if cfg.eval_at_train_n and cfg.n_points != cfg.eval_n_points:
+        out["at_train_n"] = _at_n(model, cfg, cfg.n_points, floor_cache, dev, quiet)
+    return out
 
 
 def per_trial_records(n: int, d: np.ndarray, floor: np.ndarray, marginal_params: torch.Tensor, marginals: str

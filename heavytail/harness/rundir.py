@@ -6,6 +6,7 @@ One configuration's training run, evaluation and notebook execution live in one 
     metrics.jsonl        one JSON line per logged step
     checkpoints/         step_XXXXXXXX.pt: model, optimizer, scheduler and every RNG state
     model.pt             final weights
+    model_best.pt        the weights of the best validation score (runs with keep_best)
     train_summary.json   steps and skipped steps of the finished training
     COMPLETE             written last by training: a run without it is unfinished, whatever else exists
     results.json         the evaluation (heavytail.harness.evaluate), written after COMPLETE
@@ -36,6 +37,7 @@ CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 MODEL = "model.pt"
+BEST_MODEL = "model_best.pt"
 TRAIN_SUMMARY = "train_summary.json"
 RESULTS = "results.json"
 EXECUTION = "execution.json"
@@ -99,6 +101,10 @@ class RunDir:
     @property
     def model_path(self) -> Path:
         return self.path / MODEL
+
+    @property
+    def best_model_path(self) -> Path:
+        return self.path / BEST_MODEL
 
     @property
     def train_summary_path(self) -> Path:

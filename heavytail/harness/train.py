@@ -222,14 +222,16 @@ def _check_config(run_dir: Path, cfg: RunConfig) -> None:
         raise ValueError(f"{run_dir} holds a run of a different configuration ({listing}); use another folder")
 
 
-def load_model(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, RunConfig]:
-    """The final model of a completed run, in evaluation mode."""
+def load_model(run_dir: str | Path, device: str | torch.device = "cpu", *, best: bool = False
+               ) -> tuple[torch.nn.Module, RunConfig]:
+    """The final model of a completed run (with ``best``: the weights of its best validation score, kept by
+    ``keep_best``), in evaluation mode."""
     run_dir = Path(run_dir)
     if not is_complete(run_dir):
         raise FileNotFoundError(f"{run_dir} is not a completed run (no {COMPLETE} marker); train it first")
     cfg = RunDir(run_dir).config()
     model = build_model(cfg, device)
-    path = RunDir(run_dir).model_path
+    path = RunDir(run_dir).best_model_path if best else RunDir(run_dir).model_path
     try:
         model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
     except torch.OutOfMemoryError:
@@ -458,6 +460,8 @@ def train(
                            "n_skipped": counters["skipped"], "seconds": time.perf_counter() - t0}
                 row["val_log_energy"] = score
                 logged = True
+                if cfg.keep_best:
+                    remember_best(counters, model, step, score)
                 if converged(history, step, cfg.stop_tolerance, cfg.stop_min_steps):
                     stop_reason = CONVERGED
             if row is not None and (logged or skipped):
@@ -480,6 +484,8 @@ def train(
         _save_checkpoint(run_dir, end, model, optimizer, scheduler, data_gen, counters)
         return run_dir
     atomic_torch_save(model.state_dict(), RunDir(run_dir).model_path)
+    if counters.get("best"):  # before COMPLETE, like model.pt: a finished keep_best run always has both
+        atomic_torch_save(counters["best"]["model"], RunDir(run_dir).best_model_path)
     _save_checkpoint(run_dir, end, model, optimizer, scheduler, data_gen, counters)
     runtime["attention_backend"] = backend_label(backends)
     runtime["attention"] = dict(backends)
@@ -491,6 +497,16 @@ def train(
     # Last, and only now: the marker that says every file above is in place.
     atomic_write_text(RunDir(run_dir).complete_path, f"{cfg.name}\n")
     return run_dir
+
+
+def remember_best(counters: dict[str, Any], model: torch.nn.Module, step: int, score: float) -> None:
+    """Keep a copy of the weights when ``score`` is the lowest finite validation score so far (ties keep the
+    earlier step). The copy travels in the checkpoint's counters, so a resumed run keeps the best weights it saw
+    before the kill."""
+    best = counters.get("best")
+    if math.isfinite(score) and (best is None or score < best["value"]):
+        counters["best"] = {"step": step, "value": score,
+                            "model": {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}}
 
 
 def best_validation(history: list) -> dict[str, float] | None:

@@ -23,6 +23,7 @@ import heavytail.studies.collapse.mechanism as mechanism
 import heavytail.studies.collapse.tables56_rules as tables56_rules
 import heavytail.studies.kernel_gap.claims as kernel_gap_claims
 import heavytail.studies.kernel_gap.converged as converged_gap
+import heavytail.studies.kernel_gap.fair as fair_gap
 import heavytail.studies.kernel_gap.subnormal_ab as subnormal_ab
 import heavytail.studies.phase.confirm as phase_confirm
 import heavytail.studies.phase.diagram as phase_diagram
@@ -34,6 +35,7 @@ LADDER_SUMMARY = "ladder-summary"  # the paper's collapse rung by rung in one pa
 LADDER_RUNS = "ladder-runs"  # the collapse ladder's runs per rung and seed, and what preceded each onset: two tables
 PAPER = "paper"  # the paper's claims, one row each (heavytail.studies.paper_claims): the front pages' first table
 OWN = "own"  # the repository's own questions, one row each: the front pages' second table
+FAIR_LR = "gap-fair-lr"  # the fair recipe's learning-rate choice per variant and N, with every exclusion
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ GROUPS: tuple[ClaimGroup, ...] = (
     # every variant at its own lr to convergence: its rows follow the design recipe's floor-free ones, so the
     # two recipes' verdicts stand side by side (notebook 07 shows them in one table)
     ClaimGroup("gap-converged", "gap-converged", converged_gap.findings),
+    # the same at a fixed budget annealed to zero, the best validated weights and an equivalence margin (notebook 07)
+    ClaimGroup("gap-fair", "gap-fair", fair_gap.findings),
     ClaimGroup("gap-long", "gap-long", kernel_gap_claims.long_findings),
     # the trained claims, and the static test read from the shipped static reference
     ClaimGroup("phase", "phase", lambda runs: phase_diagram.findings(runs, _static_rows())),
@@ -191,6 +195,17 @@ def gap_summary(root: Path | None = None, groups: Sequence[ClaimGroup] = GROUPS)
                                  runs["gap-design"], runs["gap-converged"])
 
 
+def fair_lr(root: Path | None = None) -> str:
+    """The fair recipe's selection (:func:`heavytail.studies.kernel_gap.fair.select`) on the shipped selection map:
+    the rate chosen per variant and N, every rate's score and every exclusion with its reason."""
+    shipped = reference_maps.load("gap-fair-select", root)
+    if shipped is None:
+        raise ValueError(f"{FAIR_LR} needs the shipped map gap-fair-select; run python -m heavytail grid "
+                         f"{fair_gap.SELECT_GRID} and python -m heavytail ship-map gap-fair-select")
+    table = fair_gap.selection_table(fair_gap.select(shipped["runs"]))
+    return tables.to_markdown(table)
+
+
 def _ladder_runs_of(g: ClaimGroup, name: str, root: Path | None) -> list[Mapping[str, Any]]:
     shipped = [reference_maps.load(m, root) for m in (g.map, *g.also)]
     if shipped[0] is None:
@@ -224,6 +239,8 @@ def text_of(name: str, root: Path | None = None, groups: Sequence[ClaimGroup] = 
         return paper_claims.markdown(lambda g: decide(group(g, groups), root), entries)
     if name == GAP_SUMMARY:
         return gap_summary(root, groups)
+    if name == FAIR_LR:
+        return fair_lr(root)
     if name == LADDER_SUMMARY:
         return ladder_summary(root, groups)
     if name == LADDER_RUNS:
@@ -249,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("name", nargs="?", default=GROUPS[0].name,
                         help=f"a claim group ({', '.join(g.name for g in GROUPS)}; default %(default)s), "
                              f"{TABLE}: every headline group as one findings table, {PAPER}: the paper's claims, one row each, {OWN}: the repository's own questions, {GAP_SUMMARY}: the kernel "
-                             f"gap at both recipes in one paragraph, {LADDER_SUMMARY}: the paper's collapse rung by "
+                             f"gap at both recipes in one paragraph, {FAIR_LR}: the fair recipe's learning rates and "
+                             f"exclusions, {LADDER_SUMMARY}: the paper's collapse rung by "
                              f"rung in one paragraph, or {LADDER_RUNS}: the collapse ladder's runs per rung and seed")
     parser.add_argument("--update", metavar="FILE", default=None,
                         help="rewrite the block between '<!-- claims NAME -->' and '<!-- /claims -->' in FILE")
@@ -261,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.update is None:
         print(text)
         return 0
-    if args.name not in (TABLE, PAPER, OWN, GAP_SUMMARY, LADDER_SUMMARY, LADDER_RUNS):
+    if args.name not in (TABLE, PAPER, OWN, GAP_SUMMARY, FAIR_LR, LADDER_SUMMARY, LADDER_RUNS):
         found = decide(group(args.name)) or []
         hidden = sorted({n for c in found if c["verdict"] == claims.NOT_RUN for n in c.get("left_out", ())})
         if hidden:  # a verdict must not turn into "not run" because its runs could not be read

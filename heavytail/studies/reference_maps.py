@@ -77,6 +77,13 @@ MAPS = {
     "gap-converged": MapSpec("kernel_gap_converged.json", "params/grid_gap_converged.yaml", "converged-gap map",
                              "every variant at its chosen lr to convergence (cap 3,000 steps), seeds 3-10",
                              _CONVERGED_TRACE),
+    # The same question at a recipe fair to both kernels: one fixed budget annealed to zero, the best validated weights
+    "gap-fair-select": MapSpec("kernel_gap_fair_select.json", "params/grid_gap_fair_select.yaml",
+                               "fair-gap selection runs", "every variant, N and lr at a fixed 3,000-step budget "
+                               "annealed to zero, best and final weights, seeds 0-2", _CONVERGED_TRACE),
+    "gap-fair": MapSpec("kernel_gap_fair.json", "params/grid_gap_fair.yaml", "fair converged-gap map",
+                        "every variant at its chosen lr, a fixed 3,000-step budget annealed to zero, best and final "
+                        "weights, seeds 3-12", _CONVERGED_TRACE),
     "ladder": MapSpec("collapse_ladder.json", "params/grid_collapse_ladder.yaml", "collapse ladder",
                       "softmax and log-ELU from the CPU recipe to Table 3's model and precision, 6,000 steps",
                       trial_collapse=True, blocks=1),

@@ -89,9 +89,7 @@ def run_summary(run: FinishedRun | str | Path) -> dict[str, Any]:
         "mean": {k: energy["mean"][k] for k in RATIO_KEYS if k in energy["mean"]},
         "collapse": {"label": results["collapse"]["label"], "fraction": results["collapse"]["fraction"],
                      "onset": collapse_onset(log)},
-        "at_train_n": {k: v for k, v in results.get("at_train_n", {}).items() if k in ("n_points", "collapse")}
-        | {stat: {k: results["at_train_n"][stat][k] for k in RATIO_KEYS if k in results["at_train_n"][stat]}
-           for stat in ("median", "mean") if stat in results.get("at_train_n", {})},
+        "at_train_n": _ratios_at(results.get("at_train_n", {})),
         "provenance": (results.get("provenance") or {}).get("training"),
         "attention": run.attention,
         "hill_band": (results.get("hill") or {}).get("band_miss"),
@@ -101,10 +99,29 @@ def run_summary(run: FinishedRun | str | Path) -> dict[str, Any]:
         "trace": trace,
         **({"stop": {k: summary[k] for k in ("stopped_at", "stop_reason", "best_validation") if k in summary}}
            if "stop_reason" in summary else {}),
+        **({"best_weights": best_weights(results["best_weights"])} if "best_weights" in results else {}),
         **({"per_trial": trial_columns(records)} if records else {}),
         **({"trial_collapse": tc} if (tc := trial_collapse(results)) else {}),
         **({"onset_window": onset_window(log, stretch=config.get("dense_log_window") or 1)} if any(row.get("dense") for row in log) else {}),
     }
+
+
+def _ratios_at(scored: Mapping[str, Any]) -> dict[str, Any]:
+    """One scoring of a model at one N as a summary keeps it: N, the collapse label and eq. 36-37's ratios."""
+    return ({k: v for k, v in scored.items() if k in ("n_points", "collapse")}
+            | {stat: {k: scored[stat][k] for k in RATIO_KEYS if k in scored[stat]}
+               for stat in ("median", "mean") if stat in scored})
+
+
+def best_weights(scored: Mapping[str, Any]) -> dict[str, Any]:
+    """results.json's "best_weights" as a summary keeps it: the step and validation score of the best weights, and
+    their ratios at the common N and (where scored) at the training N, in the same form as the final weights'."""
+    if scored.get("step") is None:
+        return {"step": None, "reason": scored.get("reason", "")}
+    out = {"step": scored["step"], "value": scored["value"], **_ratios_at(scored)}
+    if "at_train_n" in scored:
+        out["at_train_n"] = _ratios_at(scored["at_train_n"])
+    return out
 
 
 def training_seconds(log: Sequence[Mapping[str, Any]]) -> float:

@@ -249,39 +249,64 @@ def summary(design: Sequence[Mapping[str, Any]], converged: Sequence[Mapping[str
 
 
 # ------------------------------------------------------------------------------------ command
+def selection_runs(shipped_map: str, grid_dir: str | None, select_grid: str) -> list[Mapping[str, Any]]:
+    """A selection stage's runs: the shipped map's (``shipped_map``), with ``grid_dir``'s finished runs added (a grid
+    resumed in a fresh folder holds only what it ran). ValueError when ``grid_dir`` holds no grid."""
+    from heavytail.studies import reference_maps
+    from heavytail.studies.grid_folder import GRID_JSON
+    from heavytail.studies.run_summary import collect
+
+    shipped = reference_maps.load(shipped_map)
+    runs = list(shipped["runs"]) if shipped else []
+    if grid_dir is not None:
+        if not (Path(grid_dir) / GRID_JSON).is_file():
+            raise ValueError(f"{grid_dir} holds no grid.json; run python -m heavytail grid {select_grid} first")
+        fresh = collect(grid_dir)
+        runs, _ = reference_maps.merged_runs(fresh, runs, [r["name"] for r in [*runs, *fresh]])
+    return runs
+
+
+def selection_parser(prog: str, doc: str, decide_grid: str, select_grid: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
+    parser.add_argument("grid_dir", nargs="?", default=None,
+                        help=f"stage 1's grid folder, e.g. outputs/{Path(select_grid).stem.replace('_', '-')} "
+                             "(default: the shipped map only)")
+    parser.add_argument("--output", default=None, help=f"grid file to write (default: {decide_grid})")
+    return parser
+
+
+def write_decision_grid(out: Path, header: str, grid: Mapping[str, Any], left_out: int, map_name: str,
+                        grid_file: str | None) -> None:
+    """Write stage 2's grid file (``header`` first) and say what to do next."""
+    import yaml
+
+    from heavytail.io import atomic_write_text
+
+    atomic_write_text(out, header + yaml.safe_dump(dict(grid), sort_keys=False))
+    cells_ = len(grid["axes"]["cells"])
+    print(f"wrote {out}: {cells_} cells" + (f", {left_out} left out (at an edge, or every rate excluded)"
+                                            if left_out else ""))
+    if grid_file:  # the shipped stage-2 map counts the grid's configurations: bring it to the new grid file
+        print(f"then re-ship the stage-2 map: python -m heavytail grid {grid_file} --list --output DIR, and "
+              f"python -m heavytail ship-map {map_name} DIR/{grid['name']}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m heavytail select-lr [GRID_DIR]``: apply the selection rule to stage 1's finished runs and write
     stage 2's grid file (``--output``, default params/grid_gap_converged.yaml). The runs are the shipped selection
     map's, with GRID_DIR's finished runs added (a grid resumed in a fresh folder holds only what it ran)."""
     from heavytail import cli
     from heavytail.harness.artifacts import repo_root
-    from heavytail.io import atomic_write_text
-    from heavytail.studies import reference_maps
-    from heavytail.studies.grid_folder import GRID_JSON
-    from heavytail.studies.run_summary import collect
 
-    parser = argparse.ArgumentParser(prog="python -m heavytail select-lr", description=main.__doc__.splitlines()[0])
-    parser.add_argument("grid_dir", nargs="?", default=None,
-                        help="stage 1's grid folder, e.g. outputs/grid-gap-converged-select (default: the shipped map only)")
-    parser.add_argument("--output", default=None, help=f"grid file to write (default: {DECIDE_GRID})")
-    args = parser.parse_args(argv)
+    args = selection_parser("python -m heavytail select-lr", main.__doc__, DECIDE_GRID, SELECT_GRID).parse_args(argv)
     try:
-        shipped = reference_maps.load("gap-converged-select")
-        runs = list(shipped["runs"]) if shipped else []
-        if args.grid_dir is not None:
-            if not (Path(args.grid_dir) / GRID_JSON).is_file():
-                raise ValueError(f"{args.grid_dir} holds no grid.json; run python -m heavytail grid {SELECT_GRID} first")
-            fresh = collect(args.grid_dir)
-            runs, _ = reference_maps.merged_runs(fresh, runs, [r["name"] for r in [*runs, *fresh]])
-        selections = select_lr(runs)
+        selections = select_lr(selection_runs("gap-converged-select", args.grid_dir, SELECT_GRID))
         if not selections:
             raise ValueError(f"{args.grid_dir or 'the shipped selection map'}: no variant and N has finished runs at "
                              f"every rate on seeds {list(SELECT_SEEDS)} yet")
         template = cli.read_yaml(repo_root() / SELECT_GRID)
     except cli.BAD_INPUT as err:
         return cli.bad_input("select-lr", err)
-    import yaml
-
     out = Path(args.output) if args.output else repo_root() / DECIDE_GRID
     header = ("# The kernel gap at convergence, stage 2: written by `python -m heavytail select-lr` from stage 1's\n"
               "# runs (heavytail.studies.kernel_gap.converged.select_lr); the chosen lr per variant and N, on the deciding\n"
@@ -292,11 +317,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             + (" (AT AN EDGE: extend the rates before deciding; left out)" if s.edge else "") + "\n")
     header += ("# A variant and N not listed has not finished its selection runs; select-lr adds it once they have\n"
                "# (the cells already here keep their folder names).\n")
-    grid = decision_grid(selections, template)
-    atomic_write_text(out, header + yaml.safe_dump(grid, sort_keys=False))
-    edges = [s for s in selections if s.edge]
-    print(f"wrote {out}: {len(selections) - len(edges)} cells" + (f", {len(edges)} at an edge left out" if edges else ""))
-    if not args.output:  # the shipped stage-2 map counts the grid's configurations: bring it to the new grid file
-        print(f"then re-ship the stage-2 map: python -m heavytail grid {DECIDE_GRID} --list --output DIR, and "
-              f"python -m heavytail ship-map gap-converged DIR/{grid['name']}")
+    write_decision_grid(out, header, decision_grid(selections, template), sum(s.edge for s in selections),
+                        "gap-converged", None if args.output else DECIDE_GRID)
     return 0
