@@ -133,3 +133,43 @@ def test_a_run_that_skipped_most_of_its_steps_is_labelled_diverged(tmp_path, tin
     run = train(tiny_cfg.replace(lr=1e30), tmp_path / "run", quiet=True)
     res = evaluate(run, quiet=True)
     assert res["collapse"]["label"] == "diverged" and "skipped" in res["collapse"]["diverged"]
+
+
+# ------------------------------------------------------------------------------------ the run's binding
+@pytest.fixture
+def bound_run(tmp_path):
+    from heavytail.harness.train import train
+    from tests.conftest import TINY
+
+    return RunDir(train(RunConfig.from_dict(TINY, steps=4), tmp_path / "run", quiet=True))
+
+
+def test_an_edited_config_is_refused_by_evaluate_in_one_line(bound_run):
+    from heavytail.studies.grid_folder import folder_refusal
+
+    text = bound_run.config_path.read_text()
+    bound_run.config_path.write_text(text.replace("kernel: linear_elu", "kernel: log_elu"))
+    run = _run(["evaluate", str(bound_run.path), "--quiet"])
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+    assert "edited after training" in run.stderr and "trained 'linear_elu', now 'log_elu'" in run.stderr
+    assert not bound_run.has_results()
+    bound_run.config_path.write_text(text)  # restored: evaluated, and counted by the readers of a grid
+    assert _run(["evaluate", str(bound_run.path), "--quiet"]).returncode == 0
+    assert folder_refusal(bound_run)[0] is None
+    bound_run.config_path.write_text(text.replace("kernel: linear_elu", "kernel: log_elu"))
+    assert "edited after training" in folder_refusal(bound_run)[0]
+
+
+def test_replaced_weights_are_refused_and_an_unbound_run_still_evaluates(bound_run):
+    import torch
+
+    state = torch.load(bound_run.model_path, weights_only=True)
+    torch.save({k: v + 1 for k, v in state.items()}, bound_run.model_path)  # readable, of this model, not trained
+    run = _run(["evaluate", str(bound_run.path), "--quiet"])
+    assert run.returncode == 2 and "model.pt is not the file training wrote" in run.stderr and "Traceback" not in run.stderr
+    summary = bound_run.train_summary()
+    del summary["binding"]  # a run trained before bindings were recorded: nothing to check it against
+    bound_run.train_summary_path.write_text(json.dumps(summary))
+    assert bound_run.binding_refusal() is None
+    assert _run(["evaluate", str(bound_run.path), "--quiet"]).returncode == 0

@@ -25,12 +25,16 @@ import yaml
 from heavytail import names
 from heavytail.names import BACKENDS, BENCHMARKS, DEVICES, KERNELS, MARGINALS, NORMS, PRECISIONS, TAIL_REGIMES
 
-__all__ = ["RunConfig", "PACING_KEYS", "NOT_TABLE3", "BACKENDS", "BENCHMARKS", "DEVICES", "KERNELS", "MARGINALS", "NORMS",
+__all__ = ["RunConfig", "PACING_KEYS", "EVALUATION_KEYS", "NOT_TABLE3", "BACKENDS", "BENCHMARKS", "DEVICES", "KERNELS", "MARGINALS", "NORMS",
            "PRECISIONS", "TAIL_REGIMES"]
 # Keys that change how a run is paced, placed or logged, never the numbers it produces: a run folder may
 # be resumed under other values, and runs differing only in these are the same configuration.
 PACING_KEYS = frozenset({"checkpoint_every", "log_every", "eval_batch_trials", "device", "track_attention",
                          "dense_log_window"})
+# Keys that change only how finished weights are scored (App. H.2, J.1): a run's evaluation may be redone under other
+# values (more trials, another N) without retraining, so the binding of config and weights leaves them out.
+EVALUATION_KEYS = frozenset({"eval_trials", "eval_n_points", "eval_at_train_n", "bootstrap_resamples", "hill_phi",
+                             "collapse_spread"})
 # Defaults that are not the paper's Table 3 value: key -> what the paper used. float32 precision is a
 # deliberate common precision for every kernel (the paper trained under bf16 autocast, App. E.4); the
 # warmup length and the collapse threshold are ours, since the paper states neither.

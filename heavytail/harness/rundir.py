@@ -25,12 +25,13 @@ configuration is the same run as the folder's ``config.yaml``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from heavytail.harness.config import PACING_KEYS, RunConfig
+from heavytail.harness.config import EVALUATION_KEYS, PACING_KEYS, RunConfig
 from heavytail.io import COMPLETE, is_complete, load_json, read_jsonl
 
 CONFIG = "config.yaml"
@@ -64,6 +65,15 @@ def same_run(a: "RunConfig | Mapping[str, Any] | None", b: "RunConfig | Mapping[
         return not config_differences(a, b)
     except ValueError:
         return False
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes (weights: what a run's binding records)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _read_json(path: Path) -> Any:
@@ -194,10 +204,43 @@ class RunDir:
             return f"{RESULTS} is stale: its config differs from {CONFIG} in {sorted(differ)}; re-run the evaluation"
         return None
 
+    def binding(self, config: RunConfig) -> dict[str, Any]:
+        """What training binds together when it finishes (train_summary.json's "binding"): the configuration it
+        trained and the digests of the weights it wrote, so that a later edit of either is found."""
+        out: dict[str, Any] = {"config": config.to_dict(), "weights": file_digest(self.model_path)}
+        if self.best_model_path.is_file():
+            out["best_weights"] = file_digest(self.best_model_path)
+        return out
+
+    def binding_refusal(self) -> str | None:
+        """Why the folder's configuration or weights are not what training bound together (None when they are, or
+        for a run trained before bindings were recorded): an edited ``config.yaml`` would evaluate the weights as
+        another model, replaced weights would be scored as this run's. The evaluation's own keys
+        (:data:`~heavytail.harness.config.EVALUATION_KEYS`) may change: that re-scores the same weights."""
+        bound = self.train_summary().get("binding")
+        if not isinstance(bound, dict) or not self.is_complete():
+            return None
+        try:
+            differ = config_differences(self.config(), bound["config"])
+        except (ValueError, KeyError, TypeError) as err:
+            return f"{CONFIG} or the binding in {TRAIN_SUMMARY} is not a configuration ({err})"
+        differ = {k: v for k, v in differ.items() if k not in EVALUATION_KEYS}  # re-scoring is allowed
+        if differ:
+            listing = ", ".join(f"{k}: trained {b!r}, now {a!r}" for k, (a, b) in differ.items())
+            return (f"{CONFIG} was edited after training ({listing}); the weights are the trained configuration's: "
+                    f"restore it, or train the new configuration in another folder")
+        for key, path in (("weights", self.model_path), ("best_weights", self.best_model_path)):
+            if key in bound and (not path.is_file() or file_digest(path) != bound[key]):
+                return (f"{path.name} is not the file training wrote (its sha256 differs from the one in "
+                        f"{TRAIN_SUMMARY}); delete it and {COMPLETE} to retrain from the last checkpoint")
+        return None
+
     def is_finished(self, cfg: "RunConfig | Mapping[str, Any]") -> bool:
         """Trained, evaluated (``results.json`` readable and of this run: one cut short by a kill or a full disk is not
         an evaluation), and the last notebook execution succeeded for the same run as ``cfg``."""
         if not (self.is_complete() and self.has_results()) or self.stale_results() is not None:
+            return False
+        if self.binding_refusal() is not None:
             return False
         record = self.execution()
         return bool(record and record.get("status") == "ok" and same_run(record.get("config"), cfg))

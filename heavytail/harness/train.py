@@ -230,6 +230,9 @@ def load_model(run_dir: str | Path, device: str | torch.device = "cpu", *, best:
     if not is_complete(run_dir):
         raise FileNotFoundError(f"{run_dir} is not a completed run (no {COMPLETE} marker); train it first")
     cfg = RunDir(run_dir).config()
+    why = RunDir(run_dir).binding_refusal()
+    if why is not None:
+        raise ValueError(f"{run_dir}: {why}")
     model = build_model(cfg, device)
     path = RunDir(run_dir).best_model_path if best else RunDir(run_dir).model_path
     try:
@@ -492,7 +495,7 @@ def train(
     save_json({"steps": cfg.steps, "skipped": counters["skipped"], "name": cfg.name, "runtime": runtime,
                "stopped_at": end, "stop_reason": stop_reason or CAP, "validation": counters.get("validation", []),
                "best_validation": best_validation(counters.get("validation", [])),
-               "provenance": counters.get("provenance", [])},
+               "provenance": counters.get("provenance", []), "binding": RunDir(run_dir).binding(cfg)},
               RunDir(run_dir).train_summary_path)
     # Last, and only now: the marker that says every file above is in place.
     atomic_write_text(RunDir(run_dir).complete_path, f"{cfg.name}\n")

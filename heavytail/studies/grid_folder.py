@@ -116,7 +116,7 @@ def folder_refusal(folder: RunDir) -> tuple[str | None, dict[str, Any] | None]:
         return (f"unreadable results.json: it lacks {missing}; expected the dict written by "
                 "heavytail.harness.evaluate.evaluate"), None
     stale = folder.stale_results(results)  # the same rule the grid and training apply (heavytail.harness.rundir)
-    return stale, results
+    return folder.binding_refusal() or stale, results
 
 
 def _status_refusal(entry: Mapping[str, Any]) -> str | None:
