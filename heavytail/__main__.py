@@ -6,6 +6,7 @@ lazily so that ``python -m heavytail report`` does not pay for torch start-up tw
 
 from __future__ import annotations
 
+import errno
 import sys
 
 _COMMANDS = {
@@ -44,7 +45,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{name}] error: {problem}", file=sys.stderr)
         return 2
     module = importlib.import_module(_COMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    try:
+        return int(module.main(rest) or 0)
+    except KeyboardInterrupt:  # a run resumes from its last checkpoint; every file is written whole or not at all
+        print(f"[{name}] interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {err.filename}" if err.filename else ""
+        print(f"[{name}] stopped: the disk is full{where}; every file is written whole or not at all, so free space "
+              "and rerun the same command to resume", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

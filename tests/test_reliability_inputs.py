@@ -173,3 +173,81 @@ def test_replaced_weights_are_refused_and_an_unbound_run_still_evaluates(bound_r
     bound_run.train_summary_path.write_text(json.dumps(summary))
     assert bound_run.binding_refusal() is None
     assert _run(["evaluate", str(bound_run.path), "--quiet"]).returncode == 0
+
+
+@pytest.mark.parametrize("share", [0.02, 0.25, 0.5, 0.75, 0.98])
+def test_a_checkpoint_cut_anywhere_is_set_aside_and_the_run_resumes(tmp_path, capfd, share):
+    """torch.load raises OSError (EINVAL) at most cut points of a checkpoint, RuntimeError at others: both are a
+    damaged file, named once, set aside, and the one before it resumes."""
+    from heavytail.harness.train import train
+    from tests.conftest import TINY
+
+    cfg = RunConfig.from_dict(TINY, steps=8)
+    run = RunDir(tmp_path / "run")
+    train(cfg, run.path, quiet=True, stop_after=6)
+    latest = run.checkpoints()[-1]
+    data = latest.read_bytes()
+    latest.write_bytes(data[: int(share * len(data))])
+    capfd.readouterr()
+    train(cfg, run.path, quiet=True)
+    err = capfd.readouterr().err
+    assert run.is_complete() and (latest.parent / (latest.name + ".corrupt")).is_file()
+    assert sum("is unreadable" in line for line in err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_seed_numpy_cannot_take_is_one_line_and_leaves_no_folder(tmp_path):
+    run = _run(["train", "--set", "seed=99999999999999999999", "--output", str(tmp_path / "run")])
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines() == ["[train] error: seed=99999999999999999999 is not allowed; it must lie in "
+                                               "0-4294967295"]
+    assert not (tmp_path / "run").exists()  # so the corrected retry is not blocked by a half-made folder
+
+
+def test_evaluate_on_a_folder_without_a_config_is_one_line(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "COMPLETE").write_text("x\n")
+    run = _run(["evaluate", str(tmp_path / "run")])
+    assert run.returncode == 2 and "has no config.yaml" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("drop", [("config", "n_points"), ("median", "ratio")])
+def test_a_shipped_run_missing_a_key_its_readers_need_names_the_file_and_key(tmp_path, drop):
+    from heavytail.studies import claim_groups, reference_maps
+
+    src = reference_maps.path_of("gap-design")
+    data = json.loads(src.read_text())
+    del data["runs"][2][drop[0]][drop[1]]
+    dst = tmp_path / reference_maps.REFERENCE_DIR / src.name
+    dst.parent.mkdir(parents=True)
+    dst.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=rf"run 2 \(.*\) has no {drop[0]}\.{drop[1]}"):
+        claim_groups.text_of("gap-design", tmp_path)
+
+
+@pytest.mark.parametrize("value", ["-1", "1", "[4, -3]"])
+def test_a_notebook_parameter_below_its_stated_range_is_one_line_before_anything_runs(tmp_path, value):
+    name = "prop6_reps" if not value.startswith("[") else "budgets"
+    params = tmp_path / "params.yaml"
+    params.write_text(f"report: t\nnotebooks:\n  03_identifiability: {{{name}: {value}}}\n")
+    run = _run(["report", str(params), "--output-dir", str(tmp_path / "out")])
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines() == [run.stderr.strip()] and f"{name} must be at least 2" in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_full_disk_during_train_is_one_line_that_says_what_resumes(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from heavytail.__main__ import main
+    from heavytail.harness import train as train_module
+    from tests.conftest import TINY
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "run" / "model.pt"))
+
+    monkeypatch.setattr(train_module, "atomic_torch_save", full)
+    sets = [f"{k}={v}" for k, v in TINY.items()]
+    assert main(["train", "--set", *sets, "--output", str(tmp_path / "run"), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the disk is full writing" in err[0] and "rerun the same command" in err[0]
+    assert not RunDir(tmp_path / "run").is_complete()

@@ -56,8 +56,10 @@ def _grid_record(folder: Path, grid: str, source: str, n: int) -> None:
 
 def _fake_runs(n: int) -> list[dict]:
     clean = {"commit": "a" * 40, "dirty": False}
-    return [{"name": f"c{i}", "config": {"kernel": "softmax"}, "median": {}, "mean": {}, "collapse": {},
-             "provenance": [clean]} for i in range(n)]
+    from heavytail.harness.config import RunConfig
+
+    return [{"name": f"c{i}", "config": RunConfig(seed=i).to_dict(), "median": {"ratio": 1.5}, "mean": {"ratio": 1.5},
+             "collapse": {}, "provenance": [clean]} for i in range(n)]
 
 
 @pytest.fixture
@@ -114,12 +116,12 @@ def test_a_grid_resumed_in_a_fresh_folder_ships_with_the_runs_shipped_before(tmp
     _grid_record(later, "grid-gap-design", str(PARAMS / "grid_gap_design.yaml"), 5)
     rerun = _fake_runs(5)[2:]
     for r in rerun:
-        r["median"] = {"rerun": True}
+        r["median"] = {**r["median"], "rerun": True}  # the same numbers (c2 is shipped: others need --replace)
     monkeypatch.setattr(run_summary, "collect", lambda grid_dir: rerun)
     assert main(["ship-map", "gap-design", str(later), "--output", str(out)]) == 0
     shipped = json.loads(out.read_text())
     assert [r["name"] for r in shipped["runs"]] == ["c0", "c1", "c2", "c3", "c4"]
-    assert [bool(r["median"]) for r in shipped["runs"]] == [False, False, True, True, True]
+    assert [bool(r["median"].get("rerun")) for r in shipped["runs"]] == [False, False, True, True, True]
     assert shipped["provenance"]["complete"] and shipped["provenance"]["kept_from_earlier_ship"] == 2
 
 
@@ -278,6 +280,11 @@ def test_a_corrupt_model_is_one_line_naming_it(tmp_path, tiny_cfg, capsys):
     run = RunDir(train(tiny_cfg.replace(steps=4), tmp_path / "run", quiet=True))
     run.model_path.write_bytes(b"not a model")
     assert main(["evaluate", str(run.path)]) == 2
+    assert "model.pt is not the file training wrote" in _one_line(capsys, "evaluate")  # its digest is bound
+    summary = run.train_summary()
+    del summary["binding"]  # a run trained before bindings: the file itself is found unreadable
+    run.train_summary_path.write_text(json.dumps(summary))
+    assert main(["evaluate", str(run.path)]) == 2
     line = _one_line(capsys, "evaluate")
     assert f"{run.model_path} is not a readable model of this run" in line
     assert not run.has_results()
@@ -402,3 +409,62 @@ def test_ctrl_c_during_a_grid_is_one_line_and_leaves_its_records_consistent(tmp_
     from heavytail.pipeline import lock
 
     assert lock.holder(run.path) is None  # its worker is gone: a rerun takes the folder and resumes
+
+
+def _interrupt_when(args, ready, timeout=300):
+    """Start ``python -m heavytail ARGS`` as a terminal's foreground job, send Ctrl-C to its group once ``ready()``,
+    and return (exit code, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "heavytail", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_sigint_default)
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert proc.poll() is None and time.monotonic() < deadline, f"never ready: {proc.stderr.read()[-2000:]}"
+            time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, err
+
+
+def test_ctrl_c_during_train_is_one_line_and_the_run_resumes(tmp_path):
+    from tests.conftest import TINY
+
+    run = RunDir(tmp_path / "run")
+    sets = [f"{k}={v}" for k, v in {**TINY, "steps": 100_000, "checkpoint_every": 5}.items()]
+    code, err = _interrupt_when(["train", "--set", *sets, "--output", str(run.path), "--quiet"],
+                                lambda: bool(run.checkpoints()))
+    assert code == 130 and err.strip().splitlines() == ["[train] interrupted; rerun the same command to resume"], err
+    assert not run.is_complete() and run.checkpoints()
+
+
+def test_ctrl_c_during_a_report_marks_the_notebook_interrupted_never_running(tmp_path):
+    from tests.test_report import _tiny_notebook
+
+    nbs, out = tmp_path / "nbs", tmp_path / "out"
+    nbs.mkdir()
+    (nbs / "01_first.py").write_text(_tiny_notebook("01_first", "print('fine')"))
+    (nbs / "02_slow.py").write_text(_tiny_notebook("02_slow", "import time\ntime.sleep(600)"))
+    (nbs / "03_after.py").write_text(_tiny_notebook("03_after", "print(x)"))
+    params = tmp_path / "params.yaml"
+    params.write_text("report: t\nnotebooks:\n  01_first: {}\n  02_slow: {}\n  03_after: {}\n")
+    index = out / "index.json"
+
+    def slow_running() -> bool:
+        try:
+            entries = {n["name"]: n["status"] for n in json.loads(index.read_text())["notebooks"]}
+        except (OSError, ValueError):
+            return False
+        return entries.get("02_slow") == "running"
+
+    code, err = _interrupt_when(["report", str(params), "--notebooks-dir", str(nbs), "--output-dir", str(out),
+                                 "--quiet"], slow_running)
+    assert code == 130 and "Traceback" not in err, err[-3000:]
+    ours = [ln for ln in err.splitlines() if ln.startswith("[report] ") and "running" not in ln and " ok in " not in ln]
+    assert ours == ["[report] interrupted: the pages mark what did not finish; rerun the same command"], err[-3000:]
+    recorded = json.loads(index.read_text())
+    status = {n["name"]: n["status"] for n in recorded["notebooks"]}
+    assert status == {"01_first": "ok", "02_slow": "interrupted", "03_after": "interrupted"} and not recorded["finished"]
+    assert "Interrupted (Ctrl-C)" in (out / "index.html").read_text()

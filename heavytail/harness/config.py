@@ -31,6 +31,7 @@ __all__ = ["RunConfig", "PACING_KEYS", "EVALUATION_KEYS", "NOT_TABLE3", "BACKEND
 # be resumed under other values, and runs differing only in these are the same configuration.
 PACING_KEYS = frozenset({"checkpoint_every", "log_every", "eval_batch_trials", "device", "track_attention",
                          "dense_log_window"})
+SEED_MAX = 2**32 - 1
 # Keys that change only how finished weights are scored (App. H.2, J.1): a run's evaluation may be redone under other
 # values (more trials, another N) without retraining, so the binding of config and weights leaves them out.
 EVALUATION_KEYS = frozenset({"eval_trials", "eval_n_points", "eval_at_train_n", "bootstrap_resamples", "hill_phi",
@@ -287,6 +288,8 @@ def _validate(cfg: RunConfig) -> None:
     _positive(cfg, "alpha_rs")  # the residual scale divides the residual stream (App. E.1)
     _positive(cfg, "weight_decay", "warmup_steps", "schedule_steps", "seed", "val_every", "val_trials", "stop_tolerance",
               "stop_min_steps", "dense_log_window", allow_zero=True)
+    if cfg.seed > SEED_MAX:  # numpy's global seed, from which a run's streams derive, takes 32 bits
+        raise ValueError(f"seed={cfg.seed} is not allowed; it must lie in 0-{SEED_MAX}")
     if cfg.val_trials < 1:
         raise ValueError(f"val_trials={cfg.val_trials} is not allowed; the validation set needs at least one trial")
     if not cfg.stop_tolerance < 1:

@@ -206,8 +206,9 @@ def _save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, data
 
 
 # What torch.load and load_state_dict raise for a file that is truncated, overwritten or not a checkpoint of this run.
+# A file cut short raises OSError (EINVAL) from torch.load at most cut points.
 _UNREADABLE = (RuntimeError, EOFError, KeyError, ValueError, TypeError, AttributeError, pickle.UnpicklingError,
-               zipfile.BadZipFile)
+               zipfile.BadZipFile, OSError)
 
 
 def _check_config(run_dir: Path, cfg: RunConfig) -> None:
@@ -230,6 +231,9 @@ def load_model(run_dir: str | Path, device: str | torch.device = "cpu", *, best:
     if not is_complete(run_dir):
         raise FileNotFoundError(f"{run_dir} is not a completed run (no {COMPLETE} marker); train it first")
     cfg = RunDir(run_dir).config()
+    if cfg is None:
+        raise ValueError(f"{run_dir} has no {RunDir(run_dir).config_path.name}: not a run folder of this package "
+                         "(python -m heavytail train writes one)")
     why = RunDir(run_dir).binding_refusal()
     if why is not None:
         raise ValueError(f"{run_dir}: {why}")

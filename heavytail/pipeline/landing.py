@@ -66,7 +66,7 @@ th { border-bottom: 2px solid #57606a; }
 .badge { display: inline-block; font-weight: 600; font-size: .85em; padding: 0 .5em; border-radius: 1em;
          border: 1px solid currentColor; white-space: nowrap; }
 .v-reproduced, .s-ok, .s-skipped-done { color: var(--ok); } .v-not-reproduced, .s-failed { color: var(--bad); }
-.v-not-run, .s-skipped, .s-pending { color: var(--mute); } .v-undecided-at-this-power { color: var(--warn); } .s-running, .s-submitted { color: var(--warn); }
+.v-not-run, .s-skipped, .s-pending { color: var(--mute); } .v-undecided-at-this-power { color: var(--warn); } .s-running, .s-submitted, .s-interrupted { color: var(--warn); }
 td.evidence { font-size: .85em; color: #424a53; max-width: 34em; }
 td details p { margin: .3em 0; color: #424a53; }
 table.findings { table-layout: fixed; } table.findings td { padding: 3px 6px; overflow-wrap: anywhere; }
@@ -228,6 +228,10 @@ def report_state(results: Sequence[Any], finished: bool) -> tuple[str, str]:
         if not finished:
             tail += " The run has not finished (or was interrupted)."
         return "failed", "Failed. " + " ".join(p + "." for p in parts) + tail
+    stopped = [r.name for r in results if r.status == "interrupted"]
+    if stopped:
+        return "partial", (f"Interrupted (Ctrl-C): {len(ran)} of {len(results)} notebooks done; not finished: "
+                           f"{', '.join(stopped)}. Rerun the same command to finish it.")
     if not finished or waiting:
         running = [r.name for r in waiting if r.status == "running"]
         pending = [r.name for r in waiting if r.status == "pending"]

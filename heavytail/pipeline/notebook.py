@@ -22,6 +22,7 @@ import ast
 import datetime as _dt
 import html
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -36,12 +37,13 @@ from heavytail.harness.artifacts import NOTEBOOK_PATTERN
 from heavytail.io import atomic_write_text, dumps_json
 
 RUNNER_PARAMETERS = ("report", "output_root")
+INTERRUPTED = "interrupted"  # a notebook a Ctrl-C stopped, or never started because of it
 
 
 @dataclass
 class NotebookResult:
     name: str
-    status: str = "pending"  # then running, and ok, failed or skipped
+    status: str = "pending"  # then running, and ok, failed or skipped; interrupted when a Ctrl-C stopped the report
     elapsed_s: float | None = None
     failed_cell: int | None = None  # 1-based index among code cells, as a reader counts them
     error: str | None = None
@@ -163,6 +165,23 @@ def check_parameters(source: Path, names: Sequence[str], where: str, values: Map
         if wrong:
             raise ValueError(f"{where} sets {name}={value!r}, but {source.name}'s {name} is {wrong} "
                              f"({name} = {text} in its parameters cell)")
+        low = lower_bound(found[name].get("help") or "")
+        below = [v for v in (value if isinstance(value, (list, tuple)) else [value])
+                 if isinstance(v, (int, float)) and not isinstance(v, bool) and low is not None and v < low]
+        if below:
+            raise ValueError(f"{where} sets {name}={value!r}, but {source.name}'s {name} must be at least {low:g} "
+                             f"(its parameters cell: {found[name]['help']})")
+
+
+_AT_LEAST = re.compile(r"\(at least (-?\d+(?:\.\d+)?)(?: each)?\)")
+
+
+def lower_bound(comment: str) -> float | None:
+    """The lower bound a parameter's comment states as "(at least K)" ("(at least K each)" for a list), or None:
+    how a notebook declares the range of a count, so a value of the right type but out of range is refused before
+    anything runs."""
+    m = _AT_LEAST.search(comment)
+    return float(m.group(1)) if m else None
 
 
 def _code_cell_number(nb, cell_index: int | None) -> int | None:
@@ -318,7 +337,8 @@ def write_index(out_dir: Path, report: str, results: Sequence[NotebookResult], p
                 finished: bool) -> Path:
     """Write ``index.html`` (and ``index.json``) for the report; rewritten after every notebook so a killed
     run shows 'running'/'pending' entries rather than a complete-looking report."""
-    colors = {"ok": "#1a7f37", "failed": "#cf222e", "skipped": "#6e7781", "running": "#9a6700", "pending": "#6e7781"}
+    colors = {"ok": "#1a7f37", "failed": "#cf222e", "skipped": "#6e7781", "running": "#9a6700", "pending": "#6e7781",
+              INTERRUPTED: "#9a6700"}
     rows = []
     for r in results:
         link = f'<a href="{html.escape(r.html)}">{html.escape(r.name)}</a>' if r.html else html.escape(r.name)

@@ -57,8 +57,8 @@ from heavytail.pipeline.configuration import grid_notebook
 from heavytail.pipeline.grid import EXECUTORS, run_grid
 from heavytail.pipeline.grid_file import GridSpec
 from heavytail.pipeline.landing import write_landing
-from heavytail.pipeline.notebook import (RUNNER_PARAMETERS, NotebookResult, _require_notebook_tools, check_parameters,
-                                         discover_notebooks, run_notebook, write_index_json)
+from heavytail.pipeline.notebook import (INTERRUPTED, RUNNER_PARAMETERS, NotebookResult, _require_notebook_tools,
+                                         check_parameters, discover_notebooks, run_notebook, write_index_json)
 
 GRID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 SECTION_GRIDS = "grids"  # the reserved key of a notebook section: which grid folders it reads
@@ -227,6 +227,20 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
         results.append(r)
     _write_pages(out_dir, params, results, root, grids, finished=False)
 
+    try:
+        _run_all(to_run, results, params, grids, sources, out_dir, root, cwd, executor, progress)
+    except KeyboardInterrupt:  # the pages must not keep saying "running" for a notebook nobody runs
+        for r in results:
+            if r.status in ("running", "pending"):
+                r.status, r.error = INTERRUPTED, "stopped by Ctrl-C before it finished; rerun the same command"
+        _write_pages(out_dir, params, results, root, grids, finished=False)
+        raise
+    _write_pages(out_dir, params, results, root, grids, finished=True)
+    return results
+
+
+def _run_all(to_run, results, params, grids, sources, out_dir, root, cwd, executor, progress) -> None:
+    """Run the selected notebooks in order (each grid before its first reader), rewriting the pages after each."""
     in_folder = {s.resolve() for s in sources}
     ran: set[str] = set()
     for src, placeholder, own in to_run:
@@ -256,8 +270,6 @@ def run_report(params: ReportParams, notebooks_dir: Path | None = None, output_d
             msg += f" (cell {done.failed_cell}: {done.error})"
         print(msg, file=sys.stderr, flush=True)
         _write_pages(out_dir, params, results, root, grids, finished=False)
-    _write_pages(out_dir, params, results, root, grids, finished=True)
-    return results
 
 
 def _write_pages(out_dir: Path, params: ReportParams, results: Sequence[NotebookResult], root: Path,
@@ -335,6 +347,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              progress=not args.quiet, executor=args.executor)
     except cli.BAD_INPUT as err:  # bad params or set-up: one line, no traceback
         return cli.bad_input("report", err)
+    except KeyboardInterrupt:
+        print("[report] interrupted: the pages mark what did not finish; rerun the same command", file=sys.stderr)
+        return 130
     out_dir = Path(args.output_dir) if args.output_dir else repo_root() / "outputs" / params.report
     failed = [r for r in results if r.status == "failed"]
     counts = {s: sum(r.status == s for r in results) for s in ("ok", "failed", "skipped")}

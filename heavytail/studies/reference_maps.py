@@ -127,6 +127,10 @@ def load(name: str, root: Path | None = None) -> dict[str, Any] | None:
 
 
 RUN_KEYS = ("name", "config", "median", "mean", "collapse")  # what every reader of a map's runs takes
+# The configuration keys the readers of a map's runs look up (task, variant, seed, size, recipe): a run without one
+# would fail far from the file, or be read at RunConfig's default for it.
+CONFIG_KEYS = ("benchmark", "marginals", "kernel", "norm", "symlog", "attention_backend", "seed", "n_points",
+               "eval_n_points", "steps", "lr", "trials_per_step")
 
 
 def read_map(path: str | Path) -> dict[str, Any]:
@@ -163,6 +167,11 @@ def _shape_problem(data: Any) -> str | None:
             return f"run {i} has no {', '.join(missing)}"
         if not isinstance(run["config"], dict):
             return f"run {i}'s 'config' is not an object"
+        lacks = [f"config.{k}" for k in CONFIG_KEYS if k not in run["config"]]
+        lacks += [f"{stat}.ratio" for stat in ("median", "mean")
+                  if not isinstance(run[stat], dict) or "ratio" not in run[stat]]
+        if lacks:
+            return f"run {i} ({run.get('name', '?')}) has no {', '.join(lacks)}"
     return None
 
 
