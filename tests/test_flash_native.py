@@ -366,3 +366,24 @@ def test_without_a_compiler_every_backend_that_validates_runs_eagerly_with_one_w
     assert done.returncode == 0 and done.stdout.strip() == "trained", done.stderr[-3000:]
     assert done.stderr.count("no C++ compiler") == 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and not (tmp_path / "ext").exists()
+
+
+def test_two_checkouts_of_one_source_share_one_build_without_recompiling(ext, tmp_path):
+    """The build folder is keyed by the source's digest; compiling a copy kept inside it (not each checkout's own file)
+    is what lets a second checkout of the same commit find the build up to date instead of recompiling it."""
+    import shutil
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\nfrom pathlib import Path\n"
+            "from heavytail.science import flash_native as f\n"
+            "f.SOURCE = Path(sys.argv[1])\n"
+            "d = f._build_dir(f.build_name(torch.backends.cpu.get_cpu_capability()))\n"
+            "so = next(d.glob('*.so'))\nbefore = so.stat().st_mtime_ns\n"
+            "assert f.extension() is not None\nprint(so.stat().st_mtime_ns == before)\n")
+    for checkout in ("a", "b", "a"):
+        source = tmp_path / checkout / "heavytail" / "science" / flash_native.SOURCE.name
+        source.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(flash_native.SOURCE, source)
+        done = subprocess.run([sys.executable, "-c", code, str(source)], capture_output=True, text=True, timeout=300)
+        assert done.stdout.split() == ["True"], f"checkout {checkout} recompiled the extension: {done.stderr[-2000:]}"

@@ -142,6 +142,19 @@ def _take_turn(build_dir: Path):
             time.sleep(0.2)
 
 
+def _build_source(build_dir: Path) -> Path:
+    """The source compiled, as a copy inside the build folder: the folder is keyed by the source's digest, so every
+    checkout of one commit names the same file there and ninja finds the build up to date, where each checkout's
+    own path would make it recompile (30-60 s) at every switch. Called under the build lock."""
+    copy = build_dir / SOURCE.name
+    data = SOURCE.read_bytes()
+    if not copy.is_file() or copy.read_bytes() != data:
+        tmp = copy.with_name(f".{copy.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, copy)
+    return copy
+
+
 def _clear_stale_baton(build_dir: Path) -> None:
     # Every build of this folder runs under the lock this process now holds, so torch's own lock file there was
     # left by a builder that died mid-build: torch would wait for it forever.
@@ -183,8 +196,8 @@ def _load(capability: str):
         with turn:
             _clear_stale_baton(build_dir)
             _log.info("loading native flash attention %s (built once per machine, about a minute)", name)
-            return load(name, [str(SOURCE)], extra_cflags=_flags(capability), extra_ldflags=["-fopenmp"],
-                        build_directory=str(build_dir), verbose=False)
+            return load(name, [str(_build_source(build_dir))], extra_cflags=_flags(capability),
+                        extra_ldflags=["-fopenmp"], build_directory=str(build_dir), verbose=False)
     except Exception as exc:  # no headers, a failed build: the compiled passes stand in
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         _log.warning("native flash attention unavailable (%s: %s); using the compiled tile passes",
