@@ -124,6 +124,12 @@ def best_weights(scored: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def diverged_count(runs: Sequence[Mapping[str, Any]]) -> int:
+    """How many runs (summaries or results) carry the ``diverged`` label (:func:`heavytail.science.collapse.diverged`):
+    counted beside the collapsed ones wherever runs are counted, since a failed run is neither healthy nor collapsed."""
+    return sum((r.get("collapse") or {}).get("label") == "diverged" for r in runs)
+
+
 def training_seconds(log: Sequence[Mapping[str, Any]]) -> float:
     """The training time of the steps a run's log kept, across resumes. Training records the seconds since it
     started, carried over a resume by the checkpoint; runs trained before that restarted the clock at each resume,

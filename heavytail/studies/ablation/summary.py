@@ -307,10 +307,14 @@ def runs_table(runs: Sequence[FinishedRun]) -> dict[str, Any]:
             "skipped steps": last.get("n_skipped", "-"),
             "train seconds": f"{last['seconds']:.0f}" if "seconds" in last else "-",
             "collapsed trials": f"{r.results['collapse']['fraction']:.2f}",
+            "label": r.results["collapse"]["label"] + (f" ({r.results['collapse']['diverged']})"
+                                                       if r.results["collapse"].get("diverged") else ""),
             "median ratio": fmt_ratio(r.results["energy"]["median"]["ratio"]),
         })
     return {"title": "Evaluated runs", "columns": ["run", "steps", "last loss", "skipped steps", "train seconds",
-                                                    "collapsed trials", "median ratio"], "rows": rows, "notes": ""}
+                                                    "collapsed trials", "label", "median ratio"], "rows": rows,
+            "notes": "label: ok, collapse (most evaluation trials collapsed, App. I) or diverged (more than 10 % of "
+                     "steps skipped, or a non-finite ratio), with the reason"}
 
 
 def comparison_table(aggs: Sequence[Mapping[str, Any]], statistic: str = "median") -> dict[str, Any]:

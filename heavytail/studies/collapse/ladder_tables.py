@@ -17,6 +17,7 @@ from heavytail.studies import claims as C
 from heavytail.studies.collapse.ladder import (RUNGS, VARIANT_LABELS, bf16_path, ladder_cells, labelled, onsets,
                                                ordered_cells)
 from heavytail.studies.kernel_gap.gap import collapsed_steps
+from heavytail.studies.run_summary import diverged_count
 
 
 def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -29,6 +30,7 @@ def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "seeds": ", ".join(str(r["config"]["seed"]) for r in rs),
             "steps": ", ".join(sorted({str(r["config"]["steps"]) for r in rs})),
             "runs collapsed": f"{sum(map(labelled, rs))} of {len(rs)}",
+            "runs diverged": f"{diverged_count(rs)} of {len(rs)}",
             "collapsed batches (share of logged steps, per seed)": ", ".join(f"{collapsed_steps(r):.3f}" for r in rs),
             "onset (step), per seed": ", ".join("none" if t is None else str(t) for t in onsets(rs).values()),
             "median ratio (eq. 36), per seed": ", ".join(C.fmt(r["median"]["ratio"]) for r in rs),
@@ -37,7 +39,8 @@ def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "bf16 matmuls, per seed": _per_seed_or_once([bf16_path(r) or "none: float32" for r in rs]),
         })
     return {"title": "The ladder, per rung and kernel", "columns": list(rows[0]) if rows else [], "rows": rows,
-            "notes": "collapsed: most evaluation trials' output spread below 5 % of the target's (App. I); onset: "
+            "notes": "collapsed: most evaluation trials' output spread below 5 % of the target's (App. I); diverged: more "
+                     "than 10 % of steps skipped or a non-finite ratio (neither healthy nor collapsed); onset: "
                      "the first logged step from which every logged batch is collapsed; ratio: the median of the "
                      "model's energy distances over the evaluation trials over the median of the sampling floor's; "
                      "absorbed: most rows of block 0's attention had one weight of exactly 1 in the working precision; "

@@ -12,6 +12,7 @@ from heavytail.studies import claims as C
 from heavytail.studies.collapse import tables56 as T
 from heavytail.studies.collapse import tables56_rules as R
 from heavytail.studies.paper_numbers import PAPER_ONSET, paper_value
+from heavytail.studies.run_summary import diverged_count
 from heavytail.studies.tables import fmt_ratio
 
 Run = Mapping[str, Any]
@@ -33,14 +34,14 @@ def cell_value(runs: Sequence[Run]) -> dict[str, Any] | None:
     else:
         est = low = high = math.nan
     return {"ratio": est, "low": low, "high": high, "seeds": len(runs), "collapsed": sum(map(R.labelled, runs)),
-            "bold": bool(low <= 1.0) if math.isfinite(low) else False}
+            "diverged": diverged_count(runs), "bold": bool(low <= 1.0) if math.isfinite(low) else False}
 
 
 def _ours(v: dict[str, Any] | None) -> Any:
     if v is None:
         return {"text": "not run", "color": "#6e7781"}
     text = (f"{fmt_ratio(v['ratio'])} [{fmt_ratio(v['low'])}, {fmt_ratio(v['high'])}]; "
-            f"{v['collapsed']}/{v['seeds']} collapsed")
+            f"{v['collapsed']}/{v['seeds']} collapsed" + (f", {v['diverged']} diverged" if v["diverged"] else ""))
     return {"text": text, "bold": v["bold"], "color": "#cf222e" if 2 * v["collapsed"] >= v["seeds"] else None}
 
 
