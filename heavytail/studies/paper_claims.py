@@ -99,9 +99,10 @@ PAPER_CLAIMS: tuple[PaperClaim, ...] = (
 OWN = "beyond the paper"
 OWN_QUESTIONS: tuple[PaperClaim, ...] = (
     PaperClaim("Q1", "softmax falls further behind log-ELU as N grows (App. A's divergence)", "notebook 07", OWN,
-               (("gap-design", "gap-grows-with-n"), ("gap-converged", "converged-excess-grows")),
-               "notebooks/07_kernel_gap.py",
-               {"gap-grows-with-n": "design recipe", "converged-excess-grows": "at convergence"}),
+               (("gap-design", "gap-grows-with-n"), ("gap-converged", "converged-excess-grows"),
+                ("gap-fair", "fair-excess-grows")), "notebooks/07_kernel_gap.py",
+               {"gap-grows-with-n": "design recipe", "converged-excess-grows": "stopping rule",
+                "fair-excess-grows": "fixed annealed budget"}),
     PaperClaim("Q2", "a kernel's trained growth with N follows the boundary rule q + 1 >= a (pre-registered)",
                "notebook 08", OWN, (("phase-confirm", "phase-confirm"),), "notebooks/08_phase_diagram.py",
                {"phase-confirm": "deciding cells agreeing"}),
