@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import math
 import pickle
 import random
@@ -332,6 +333,184 @@ def _fresh_state(cfg: RunConfig, device: torch.device):
     return model, optimizer, scheduler, build_benchmark(cfg), torch.Generator().manual_seed(cfg.seed), counters
 
 
+@dataclasses.dataclass
+class _State:
+    """Everything a run carries from one step to the next (and across a resume, through its checkpoint)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    bench: Any
+    data_gen: torch.Generator
+    counters: dict[str, Any]
+    step: int = 0
+
+    def checkpoint(self, run_dir: Path) -> None:
+        _save_checkpoint(run_dir, self.step, self.model, self.optimizer, self.scheduler, self.data_gen, self.counters)
+
+
+def resume(cfg: RunConfig, run_dir: Path, device: torch.device) -> _State:
+    """The run's state at its newest intact checkpoint (step 0 without one). A checkpoint that cannot be read (a disk
+    fault, a copy cut short) is moved aside as <name>.corrupt, named on stderr, and the one before it is used. Lines
+    logged after the checkpoint belong to steps that will be redone: they are dropped from the log."""
+    state = _State(*_fresh_state(cfg, device))
+    for path in reversed(_checkpoints(run_dir)):
+        try:
+            # On the CPU: RNG states must stay CPU tensors; load_state_dict moves weights and optimizer state.
+            saved = torch.load(path, map_location="cpu", weights_only=False)
+            state.model.load_state_dict(saved["model"])
+            state.optimizer.load_state_dict(saved["optimizer"])
+            state.scheduler.load_state_dict(saved["scheduler"])
+            _set_rng_state(saved["rng"], state.data_gen)
+            state.counters.update(saved["counters"])
+            state.step = saved["step"]
+            break
+        except torch.OutOfMemoryError:
+            raise  # the machine's fault, not the file's
+        except _UNREADABLE as exc:  # a damaged zip, pickle or state: the file is unusable
+            aside = path.with_name(path.name + ".corrupt")
+            path.replace(aside)
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            print(f"[train] warning: {path} is unreadable ({type(exc).__name__}: {reason}); moved to {aside.name}, "
+                  "using the one before it (step 0 if none)", file=sys.stderr, flush=True)
+            # A partly applied state must not leak into the next attempt: rebuilt as above, in the same order.
+            state = _State(*_fresh_state(cfg, device))
+    log_path = RunDir(run_dir).metrics_path
+    kept = [row for row in read_jsonl(log_path) if row["step"] <= state.step]
+    atomic_write_text(log_path, "".join(dumps_json(row) + "\n" for row in kept))
+    return state
+
+
+def step_row(step: int, loss: float, lr: float, grad_norm: float, skipped: bool, out, y, state: _State, t0: float,
+             backends: Mapping[str, Any], cfg: RunConfig, stats: list | None) -> dict[str, Any]:
+    """One training step as the log records it: loss, lr, gradient norm, skipped steps so far, the seconds trained,
+    the attention path that computed it, the batch's collapse (App. I) and, with ``stats``, per-block statistics."""
+    row = {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "skipped": skipped,
+           "n_skipped": state.counters["skipped"], "seconds": time.perf_counter() - t0,
+           # the attention that computed this step ("auto" may fall back, see heavytail.science.attention)
+           "attention_backend": backend_label(backends)}
+    if out is not None:
+        ratio = spread_ratio(out, y)
+        row["spread_median"] = float(ratio.median())
+        row["collapsed_fraction"] = float(collapsed(ratio, cfg.collapse_spread).double().mean())
+    if stats:
+        row["blocks"] = stats
+    return row
+
+
+class _DenseLog:
+    """Per-step rows of the last ``dense_log_window`` steps, written when a batch collapses after a healthy stretch,
+    and every step logged for the window after it: the steps around a collapse onset at full resolution (App. I)."""
+
+    def __init__(self, cfg: RunConfig, counters: dict[str, Any]) -> None:
+        self.on, self.counters = bool(cfg.dense_log_window), counters
+        self.window: collections.deque = collections.deque(maxlen=max(1, cfg.dense_log_window))
+        self.until = -1
+
+    def keeps(self, step: int) -> bool:
+        return step <= self.until
+
+    def see(self, step: int, row: dict[str, Any] | None, logged: bool, skipped: bool, log) -> bool:
+        """Record ``row``; at an onset write the healthy steps before it. Returns whether ``row`` is now logged."""
+        if not self.on or row is None:
+            return logged
+        onset = (self.until < step and self.counters["dense_windows"] < MAX_DENSE_WINDOWS
+                 and collapse_after_healthy_stretch([r["row"] for r in self.window], row, self.window.maxlen))
+        if onset:
+            for earlier in self.window:
+                if not earlier["logged"]:
+                    log.write(dumps_json({**earlier["row"], "dense": True}) + "\n")
+            self.counters["dense_windows"] += 1
+            self.until = step + self.window.maxlen
+            logged = True
+        self.window.append({"row": row, "logged": logged or skipped})
+        return logged
+
+
+def _run_steps(cfg: RunConfig, run_dir: Path, state: _State, device: torch.device, end: int, quiet: bool,
+               val, history: list) -> tuple[str | None, dict[str, Any]]:
+    """Train steps ``state.step + 1`` to ``end`` (fewer when the stopping rule fires), logging, validating and
+    checkpointing on the way. Returns the stop reason (None: not stopped by the rule) and the runtime record."""
+    from heavytail.science.attention import recording_backends  # noqa: PLC0415
+    from heavytail.science.metrics import energy_distance  # noqa: PLC0415  (the compiled loss loads only when training)
+
+    counters, log_path = state.counters, RunDir(run_dir).metrics_path
+    dense, stop_reason = _DenseLog(cfg, counters), None
+    state.model.train()
+    bar = tqdm(total=cfg.steps, initial=state.step, disable=quiet, desc=cfg.name, unit="step", dynamic_ncols=True)
+    # "seconds" counts the training time of every step that survives, across resumes: the checkpoint keeps the
+    # time reached at its step, and steps redone after a kill count once.
+    t0 = time.perf_counter() - counters.get("seconds", 0.0)
+    with (float32_matmuls(cfg, device), subnormals(cfg), recording_backends() as backends,
+          open(log_path, "a") as log):
+        runtime = precision_record(device, torch.bfloat16 if cfg.precision == "bf16" else None)
+        for step in range(state.step + 1, end + 1):
+            x, y = draw_batch(state.bench, cfg, state.data_gen, device)
+            logged = step % cfg.log_every == 0 or step == end or dense.keeps(step)
+            stats = [] if (cfg.track_attention and (logged or cfg.dense_log_window)) else None
+            out, loss, grad_norm = training_step(state.model, state.optimizer, x, y, cfg, device, energy_distance,
+                                                 stats)
+            skipped = not (math.isfinite(loss) and math.isfinite(grad_norm))
+            if skipped and not cfg.skip_nonfinite:
+                raise FloatingPointError(f"non-finite loss or gradient at step {step} and skip_nonfinite is false")
+            if skipped:
+                state.optimizer.zero_grad(set_to_none=True)
+                counters["skipped"] += 1
+            else:
+                state.optimizer.step()
+            lr = state.optimizer.param_groups[0]["lr"]
+            state.scheduler.step()
+            state.step = step
+            row = (step_row(step, loss, lr, grad_norm, skipped, out, y, state, t0, backends, cfg, stats)
+                   if logged or skipped or cfg.dense_log_window else None)
+            logged = dense.see(step, row, logged, skipped, log)
+            if val is not None and step % cfg.val_every == 0:
+                score = validation_score(state.model, val, cfg, loss_fn=energy_distance)
+                history.append((step, score))
+                counters["validation"] = [list(pair) for pair in history]
+                row = row or step_row(step, loss, lr, grad_norm, skipped, None, y, state, t0, backends, cfg, None)
+                row["val_log_energy"] = score
+                logged = True
+                if cfg.keep_best:
+                    remember_best(counters, state.model, step, score)
+                if converged(history, step, cfg.stop_tolerance, cfg.stop_min_steps):
+                    stop_reason = CONVERGED
+            if row is not None and (logged or skipped):
+                dense_row = dense.keeps(step) and step % cfg.log_every
+                log.write(dumps_json({**row, "dense": True} if dense_row else row) + "\n")
+                log.flush()
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3g}", skipped=counters["skipped"])
+            if stop_reason is not None:
+                break
+            if step % cfg.checkpoint_every == 0 and step < cfg.steps:
+                log.flush()
+                counters["seconds"] = time.perf_counter() - t0
+                state.checkpoint(run_dir)
+    bar.close()
+    counters["seconds"] = time.perf_counter() - t0
+    runtime["attention_backend"] = backend_label(backends)
+    runtime["attention"] = dict(backends)
+    return stop_reason, runtime
+
+
+def _finish(cfg: RunConfig, run_dir: Path, state: _State, stop_reason: str | None, runtime: dict[str, Any]) -> None:
+    """The final weights (and the best ones, with keep_best), the last checkpoint and train_summary.json, then, last
+    and only now, the COMPLETE marker that says every file above is in place."""
+    counters = state.counters
+    atomic_torch_save(state.model.state_dict(), RunDir(run_dir).model_path)
+    if counters.get("best"):  # before COMPLETE, like model.pt: a finished keep_best run always has both
+        atomic_torch_save(counters["best"]["model"], RunDir(run_dir).best_model_path)
+    state.checkpoint(run_dir)
+    save_json({"steps": cfg.steps, "skipped": counters["skipped"], "name": cfg.name, "runtime": runtime,
+               "stopped_at": state.step, "stop_reason": stop_reason or CAP,
+               "validation": counters.get("validation", []),
+               "best_validation": best_validation(counters.get("validation", [])),
+               "provenance": counters.get("provenance", []), "binding": RunDir(run_dir).binding(cfg)},
+              RunDir(run_dir).train_summary_path)
+    atomic_write_text(RunDir(run_dir).complete_path, f"{cfg.name}\n")
+
+
 def train(
     cfg: RunConfig,
     run_dir: str | Path,
@@ -350,159 +529,28 @@ def train(
     _check_config(run_dir, cfg)
     if is_complete(run_dir):
         return run_dir
-
     device = resolve_device(cfg)
-    from heavytail.science.attention import recording_backends  # noqa: PLC0415
-    from heavytail.science.metrics import energy_distance  # noqa: PLC0415  (the compiled loss loads only when training)
-
-    model, optimizer, scheduler, bench, data_gen, counters = _fresh_state(cfg, device)
-    start = 0
-
-    # The newest intact checkpoint: one that cannot be read (a disk fault, a copy cut short) is moved aside as
-    # <name>.corrupt, named on stderr, and the one before it is used; with none intact the run starts at step 0.
-    for path in reversed(_checkpoints(run_dir)):
-        try:
-            # On the CPU: RNG states must stay CPU tensors; load_state_dict moves weights and optimizer state.
-            state = torch.load(path, map_location="cpu", weights_only=False)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            _set_rng_state(state["rng"], data_gen)
-            counters.update(state["counters"])
-            start = state["step"]
-            break
-        except torch.OutOfMemoryError:
-            raise  # the machine's fault, not the file's
-        except _UNREADABLE as exc:  # a damaged zip, pickle or state: the file is unusable
-            aside = path.with_name(path.name + ".corrupt")
-            path.replace(aside)
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            print(f"[train] warning: {path} is unreadable ({type(exc).__name__}: {reason}); moved to {aside.name}, "
-                  "using the one before it (step 0 if none)", file=sys.stderr, flush=True)
-            # A partly applied state must not leak into the next attempt: rebuilt as above, in the same order.
-            model, optimizer, scheduler, bench, data_gen, counters = _fresh_state(cfg, device)
-    # Lines logged after the checkpoint belong to steps that will be redone: drop them.
-    log_path = RunDir(run_dir).metrics_path
-    kept = [row for row in read_jsonl(log_path) if row["step"] <= start]
-    atomic_write_text(log_path, "".join(dumps_json(row) + "\n" for row in kept))
-
-    val = validation_set(bench, cfg, device) if cfg.val_every else None
-    history = [tuple(pair) for pair in counters.get("validation", [])]
+    state = resume(cfg, run_dir, device)
+    start = state.step
+    val = validation_set(state.bench, cfg, device) if cfg.val_every else None
+    history = [tuple(pair) for pair in state.counters.get("validation", [])]
     stop_reason = CONVERGED if history and converged(history, start, cfg.stop_tolerance, cfg.stop_min_steps) else None
     end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
     if stop_reason is not None:  # killed between the rule firing and the final save: finish, train nothing
         end = start
-    # Per-step rows (with per-block statistics) of the last dense_log_window steps, written at a collapse onset.
-    window: collections.deque = collections.deque(maxlen=max(1, cfg.dense_log_window))
-    dense_until = -1
     # Who trained which steps: one provenance entry per call that trains (a resumed run has several), kept
     # in the checkpoint and written to train_summary.json, so a shipped map never relies on a typed commit.
     if end > start:
         from heavytail.harness.provenance import record as provenance_record  # noqa: PLC0415
 
-        counters["provenance"] = [*counters.get("provenance", []), {**provenance_record(), "from_step": start + 1,
-                                                                     "bf16_matmuls": cpu_bf16.path(cfg.precision,
-                                                                                                   device)}]
-    model.train()
-    bar = tqdm(total=cfg.steps, initial=start, disable=quiet, desc=cfg.name, unit="step", dynamic_ncols=True)
-    # "seconds" counts the training time of every step that survives, across resumes: the checkpoint keeps the
-    # time reached at its step, and steps redone after a kill count once.
-    t0 = time.perf_counter() - counters.get("seconds", 0.0)
-    with (float32_matmuls(cfg, device), subnormals(cfg), recording_backends() as backends,
-          open(log_path, "a") as log):
-        runtime = precision_record(device, torch.bfloat16 if cfg.precision == "bf16" else None)
-        for step in range(start + 1, end + 1):
-            x, y = draw_batch(bench, cfg, data_gen, device)
-            logged = step % cfg.log_every == 0 or step == end or step <= dense_until
-            stats = [] if (cfg.track_attention and (logged or cfg.dense_log_window)) else None
-            out, loss, grad_norm = training_step(model, optimizer, x, y, cfg, device, energy_distance, stats)
-            outputs_finite = out is not None
-            skipped = not (math.isfinite(loss) and math.isfinite(grad_norm))
-            if skipped and not cfg.skip_nonfinite:
-                raise FloatingPointError(f"non-finite loss or gradient at step {step} and skip_nonfinite is false")
-            if skipped:
-                optimizer.zero_grad(set_to_none=True)
-                counters["skipped"] += 1
-            else:
-                optimizer.step()
-            lr = optimizer.param_groups[0]["lr"]
-            scheduler.step()
-
-            row = None
-            if logged or skipped or cfg.dense_log_window:
-                row = {
-                    "step": step,
-                    "loss": loss,
-                    "lr": lr,
-                    "grad_norm": grad_norm,
-                    "skipped": skipped,
-                    "n_skipped": counters["skipped"],
-                    "seconds": time.perf_counter() - t0,
-                    # the attention that computed this step ("auto" may fall back, see heavytail.science.attention)
-                    "attention_backend": backend_label(backends),
-                }
-                if outputs_finite:
-                    ratio = spread_ratio(out, y)
-                    row["spread_median"] = float(ratio.median())
-                    row["collapsed_fraction"] = float(collapsed(ratio, cfg.collapse_spread).double().mean())
-                if stats:
-                    row["blocks"] = stats
-            if cfg.dense_log_window and row is not None:
-                onset = (dense_until < step and counters["dense_windows"] < MAX_DENSE_WINDOWS
-                         and collapse_after_healthy_stretch([r["row"] for r in window], row, window.maxlen))
-                if onset:  # the healthy steps before it, at full resolution, then every step for a window
-                    for earlier in window:
-                        if not earlier["logged"]:
-                            log.write(dumps_json({**earlier["row"], "dense": True}) + "\n")
-                    counters["dense_windows"] += 1
-                    dense_until = step + cfg.dense_log_window
-                    logged = True
-                window.append({"row": row, "logged": logged or skipped})
-            if val is not None and step % cfg.val_every == 0:
-                score = validation_score(model, val, cfg, loss_fn=energy_distance)
-                history.append((step, score))
-                counters["validation"] = [list(pair) for pair in history]
-                if row is None:
-                    row = {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "skipped": skipped,
-                           "n_skipped": counters["skipped"], "seconds": time.perf_counter() - t0}
-                row["val_log_energy"] = score
-                logged = True
-                if cfg.keep_best:
-                    remember_best(counters, model, step, score)
-                if converged(history, step, cfg.stop_tolerance, cfg.stop_min_steps):
-                    stop_reason = CONVERGED
-            if row is not None and (logged or skipped):
-                log.write(dumps_json({**row, "dense": True} if step <= dense_until and step % cfg.log_every
-                                     else row) + "\n")
-                log.flush()
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3g}", skipped=counters["skipped"])
-            if stop_reason is not None:
-                end = step
-                break
-            if step % cfg.checkpoint_every == 0 and step < cfg.steps:
-                log.flush()
-                counters["seconds"] = time.perf_counter() - t0
-                _save_checkpoint(run_dir, step, model, optimizer, scheduler, data_gen, counters)
-    bar.close()
-    counters["seconds"] = time.perf_counter() - t0
-
-    if end < cfg.steps and stop_reason is None:
-        _save_checkpoint(run_dir, end, model, optimizer, scheduler, data_gen, counters)
+        state.counters["provenance"] = [*state.counters.get("provenance", []), {
+            **provenance_record(), "from_step": start + 1, "bf16_matmuls": cpu_bf16.path(cfg.precision, device)}]
+    ran_reason, runtime = _run_steps(cfg, run_dir, state, device, end, quiet, val, history)
+    stop_reason = stop_reason or ran_reason
+    if state.step < cfg.steps and stop_reason is None:
+        state.checkpoint(run_dir)
         return run_dir
-    atomic_torch_save(model.state_dict(), RunDir(run_dir).model_path)
-    if counters.get("best"):  # before COMPLETE, like model.pt: a finished keep_best run always has both
-        atomic_torch_save(counters["best"]["model"], RunDir(run_dir).best_model_path)
-    _save_checkpoint(run_dir, end, model, optimizer, scheduler, data_gen, counters)
-    runtime["attention_backend"] = backend_label(backends)
-    runtime["attention"] = dict(backends)
-    save_json({"steps": cfg.steps, "skipped": counters["skipped"], "name": cfg.name, "runtime": runtime,
-               "stopped_at": end, "stop_reason": stop_reason or CAP, "validation": counters.get("validation", []),
-               "best_validation": best_validation(counters.get("validation", [])),
-               "provenance": counters.get("provenance", []), "binding": RunDir(run_dir).binding(cfg)},
-              RunDir(run_dir).train_summary_path)
-    # Last, and only now: the marker that says every file above is in place.
-    atomic_write_text(RunDir(run_dir).complete_path, f"{cfg.name}\n")
+    _finish(cfg, run_dir, state, stop_reason, runtime)
     return run_dir
 
 
