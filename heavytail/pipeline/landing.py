@@ -47,54 +47,8 @@ SCALE_FILE = "scale.csv"  # columns: setting, this run's value(s), the paper's v
 TABLE_SUFFIXES = (".csv", ".json")
 NOT_REPORT_ITEMS = {CONCLUSION_FILE}  # read by this page, not offered as a table
 
-_CSS = """
-:root { --ok:#1a7f37; --bad:#cf222e; --warn:#9a6700; --mute:#6e7781; --line:#d0d7de; }
-* { box-sizing: border-box; }
-body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
-       color: #1f2328; max-width: 1180px; margin: 0 auto; padding: 1.2em 1.5em 3em; }
-h1 { font-size: 1.5em; margin: .3em 0 .2em; } h2 { font-size: 1.2em; margin: 1.6em 0 .5em;
-     border-bottom: 1px solid var(--line); padding-bottom: .2em; }
-a { color: #0969da; } .meta, .note { color: var(--mute); font-size: .9em; }
-.status { font-size: 1.1em; padding: .6em .9em; border-radius: 6px; margin: 0; border-left: 6px solid; }
-.status.complete { background: #dafbe1; border-color: var(--ok); }
-.status.failed { background: #ffebe9; border-color: var(--bad); }
-.status.partial { background: #fff8c5; border-color: var(--warn); }
-table { border-collapse: collapse; width: 100%; font-size: .92em; }
-.side { display: flex; gap: 28px; align-items: flex-start; } .side table { flex: 1; }
-th, td { text-align: left; vertical-align: top; padding: 4px 8px; border-bottom: 1px solid var(--line); }
-th { border-bottom: 2px solid #57606a; }
-.badge { display: inline-block; font-weight: 600; font-size: .85em; padding: 0 .5em; border-radius: 1em;
-         border: 1px solid currentColor; white-space: nowrap; }
-.v-reproduced, .s-ok, .s-skipped-done { color: var(--ok); } .v-not-reproduced, .s-failed { color: var(--bad); }
-.v-not-run, .s-skipped, .s-pending { color: var(--mute); } .v-undecided-at-this-power { color: var(--warn); } .s-running, .s-submitted, .s-interrupted { color: var(--warn); }
-td.evidence { font-size: .85em; color: #424a53; max-width: 34em; }
-td details p { margin: .3em 0; color: #424a53; }
-table.findings { table-layout: fixed; } table.findings td { padding: 3px 6px; overflow-wrap: anywhere; }
-table.findings th:nth-child(1) { width: 17%; } table.findings th:nth-child(2) { width: 32%; }
-table.findings .badge { white-space: normal; border-radius: .7em; }  /* a narrow window wraps it, never spills */
-table.findings th:nth-child(3) { width: 16%; } table.findings th:nth-child(4) { width: 5%; }
-table.findings th:nth-child(5) { width: 15%; } table.findings th:nth-child(6) { width: 15%; }
-table.paper { font-size: .84em; table-layout: fixed; } table.paper td { padding: 2px 6px; line-height: 1.3; }
-table.paper .note { font-size: .92em; } table.paper th:nth-child(1) { width: 3.5%; }
-table.paper th:nth-child(2) { width: 42%; } table.paper th:nth-child(3) { width: 21%; }
-table.paper th:nth-child(4) { width: 19%; } .caption { margin: 0 0 .3em; }
-h2#paper { margin-top: .6em; }
-table.findings .links { font-size: .85em; } table.findings details summary { display: inline; }
-.headline { margin: .4em 0 1em; text-align: center; } .headline img { max-width: 100%; max-height: 420px; }
-.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(340px, 1fr)); gap: 14px; }
-.card { border: 1px solid var(--line); border-radius: 8px; padding: .7em .9em; break-inside: avoid; }
-.card h3 { margin: 0 0 .3em; font-size: 1.05em; } .card .conclusion { margin: .5em 0; }
-ul.brief { margin: .3em 0 1em; padding-left: 1.2em; } ul.brief li { margin: .35em 0; }
-.thumb { display: block; text-align: center; background: #f6f8fa; border-radius: 4px; margin: .4em 0; }
-.thumb img { max-width: 100%; max-height: 210px; object-fit: contain; }
-.files { font-size: .85em; margin: .2em 0; } .files b { color: var(--mute); font-weight: 600; }
-details { font-size: .85em; } td ul { margin: 0; padding-left: 1.1em; } pre { white-space: pre-wrap; margin: .3em 0; }
-@media print {
-  body { max-width: none; padding: 0; font-size: 11pt; } a { color: inherit; text-decoration: none; }
-  .cards { display: block; } .card { margin-bottom: 10px; } h2 { break-after: avoid; }
-  tr { break-inside: avoid; }
-}
-"""
+# The page's style sheet, inlined so that index.html stays one file a reviewer can open or mail on its own.
+_CSS = Path(__file__).with_name("landing.css").read_text()
 
 
 # --------------------------------------------------------------------------------------------------
