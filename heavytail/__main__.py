@@ -17,6 +17,7 @@ _COMMANDS = {
     "ship-map": ("heavytail.studies.reference_maps", "Ship a grid's finished per-run summaries as a reference map."),
     "claims": ("heavytail.studies.claim_groups", "Print the claims decided on the shipped maps (one group, or the table)."),
     "select-lr": ("heavytail.studies.kernel_gap.converged", "Pick each variant's learning rate and write the deciding grid."),
+    "layout": ("heavytail.layout", "Print the package's module map (docs/layout.md's table)."),
     "select-lr-fair": ("heavytail.studies.kernel_gap.fair", "The same for the fair recipe (fixed annealed budget, best weights)."),
 }
 

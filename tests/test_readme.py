@@ -130,3 +130,24 @@ def test_a_verdict_sentence_names_the_rung_steps_and_n_of_its_own_record():
                 if not re.search(rf"\b{n}\b", scale):
                     wrong.append((c["id"], f"N = {n}"))
     assert not wrong, f"sentences naming an extent their record does not hold: {wrong}"
+
+
+def test_the_layout_map_is_the_tree():
+    """docs/layout.md's module table is made from the tree, and every package path the page names exists."""
+    from heavytail import layout
+
+    text = (ROOT / "docs" / "layout.md").read_text()
+    block = text.split(layout.BEGIN + "\n", 1)[1].split(layout.END, 1)[0].rstrip("\n")
+    assert block == layout.markdown(), "rerun python -m heavytail layout --update docs/layout.md"
+    listed = set(re.findall(r"`(heavytail/[\w/]+\.py)`", block))
+    assert listed == {m.relative_to(ROOT).as_posix() for m in layout.modules()}
+    named = set(re.findall(r"(heavytail/[\w/]+\.(?:py|cpp|css))", text))
+    assert not [p for p in named if not (ROOT / p).is_file()], "docs/layout.md names files that do not exist"
+
+
+def test_the_layout_map_keeps_an_abbreviated_sentence_whole(tmp_path):
+    from heavytail import layout
+
+    module = tmp_path / "m.py"
+    module.write_text('"""Kernel attention, eq. 7, as in App. I. Another sentence."""\n')
+    assert layout.summary_line(module) == "Kernel attention, eq. 7, as in App. I"
