@@ -251,3 +251,22 @@ def test_a_full_disk_during_train_is_one_line_that_says_what_resumes(tmp_path, m
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the disk is full writing" in err[0] and "rerun the same command" in err[0]
     assert not RunDir(tmp_path / "run").is_complete()
+
+
+@pytest.mark.parametrize("damage", ["{\"grid\": \"grid-smoke\", \"configurations\": [", "[]", ""])
+def test_a_damaged_grid_record_is_one_line_for_the_grid_and_the_shipper(tmp_path, damage):
+    """One reader of grid.json: a damaged record is never read as empty (the grid would forget its runs' states and
+    the shipper its configurations); every command says which file and how to get it back."""
+    from heavytail.studies.grid_folder import grid_status
+
+    folder = tmp_path / "grid-smoke"
+    folder.mkdir()
+    (folder / "grid.json").write_text(damage)
+    for args in (["grid", "params/grid_smoke.yaml", "--list", "--output-root", str(tmp_path)],
+                 ["ship-map", "gap-design", str(folder), "--output", str(tmp_path / "map.json")]):
+        run = _run(args)
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and "grid.json" in lines[0] and "delete it" in lines[0], lines
+    with pytest.raises(ValueError, match="not a .*grid record"):
+        grid_status(folder)

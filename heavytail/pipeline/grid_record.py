@@ -24,7 +24,7 @@ from heavytail.io import load_json, save_json
 from heavytail.pipeline import lock
 from heavytail.pipeline.configuration import now
 from heavytail.pipeline.notebook import NotebookResult, write_index
-from heavytail.studies.grid_folder import GRID_JSON  # the record's file name, owned where its readers live
+from heavytail.studies.grid_folder import GRID_JSON, grid_status  # the record's file and its one reader
 
 STATUSES = ("ok", "skipped", "failed", "cancelled", "locked", "running", "submitted", "pending")
 RECORD_LOCK = ".grid-record.lock"
@@ -42,8 +42,9 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def previous_entries(grid_dir: Path) -> dict[str, Mapping[str, Any]]:
-    """The configurations an earlier run of the grid recorded in its grid.json, by name (empty when none)."""
-    recorded = (_read(grid_dir / GRID_JSON) or {}).get("configurations", [])
+    """The configurations an earlier run of the grid recorded in its grid.json, by name (empty when none; a damaged
+    record is a one-line ValueError, :func:`heavytail.studies.grid_folder.grid_status`)."""
+    recorded = (grid_status(grid_dir) or {}).get("configurations", [])
     return {e.get("name"): e for e in recorded if isinstance(e, Mapping)}
 
 

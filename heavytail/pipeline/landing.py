@@ -40,7 +40,7 @@ from heavytail.harness.artifacts import CONCLUSION_FILE
 from heavytail.harness.provenance import code_state
 from heavytail.io import atomic_write_text, load_json
 from heavytail.studies.claims import VERDICTS, fmt, interval_text, scale_label, seeds_text, statistic_text  # the one list of verdict states
-from heavytail.studies.grid_folder import GRID_JSON
+from heavytail.studies.grid_folder import GRID_JSON, grid_status
 
 CLAIMS_FILE = "claims.json"  # a list of claims a notebook checked; see :func:`heavytail.studies.ablation.summary.findings`
 SCALE_FILE = "scale.csv"  # columns: setting, this run's value(s), the paper's value
@@ -473,8 +473,12 @@ def _grids_section(out_dir: Path, folders: Sequence[Path]) -> str:
     blocks = []
     for folder in folders:
         rel = os.path.relpath(folder, out_dir)
-        record = _read_json(folder / GRID_JSON)
-        if not isinstance(record, Mapping):
+        try:
+            record = grid_status(folder)
+        except ValueError as err:  # the page still renders, and says what is wrong with the record
+            blocks.append(f"<p><b>{_esc(folder.name)}</b>: {_esc(str(err))}</p>")
+            continue
+        if record is None:
             state = ("does not exist yet" if not folder.is_dir()
                      else "has no grid.json (not written by the grid runner)")
             blocks.append(f"<p><b>{_esc(folder.name)}</b>: the folder {_esc(rel)} {state}.</p>")

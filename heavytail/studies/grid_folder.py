@@ -91,13 +91,20 @@ class FinishedRuns:
 
 def grid_status(grid_dir: str | Path) -> dict[str, Any] | None:
     """The grid runner's record ``<grid_dir>/grid.json`` (:mod:`heavytail.pipeline.grid_record`), or None when absent:
-    {"grid", "finished", "counts", "configurations": [{"name", "status", "failed_cell", "error", ...}]}."""
+    {"grid", "finished", "counts", "configurations": [{"name", "status", "failed_cell", "error", ...}]}. The one
+    reader of that file (the grid runner, the shipper, the studies and the landing page read it here): a damaged one
+    is a one-line ValueError naming it, never an empty record."""
     path = Path(grid_dir) / GRID_JSON
     if not path.is_file():
         return None
-    record = load_json(path)
+    fix = "delete it: the grid runner writes it again from the run folders (python -m heavytail grid FILE --list)"
+    try:
+        record = load_json(path)
+    except (OSError, ValueError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ValueError(f"{path}: not a readable grid record ({type(err).__name__}: {reason}); {fix}") from None
     if not isinstance(record, Mapping) or not isinstance(record.get("configurations"), list):
-        raise ValueError(f"{path} is not a grid record: expected a mapping with a 'configurations' list")
+        raise ValueError(f"{path}: not a grid record (expected a mapping with a 'configurations' list); {fix}")
     return dict(record)
 
 

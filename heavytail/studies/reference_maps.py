@@ -32,7 +32,7 @@ from heavytail import cli
 from heavytail.harness.artifacts import repo_root
 from heavytail.harness.provenance import check_shippable, machine, now
 from heavytail.io import load_json, save_records_json
-from heavytail.studies.grid_folder import GRID_JSON
+from heavytail.studies.grid_folder import grid_status
 
 
 @dataclass(frozen=True)
@@ -347,16 +347,10 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
     from heavytail.studies.run_summary import collect
 
     grid_dir = Path(grid_dir)
-    record_path = grid_dir / GRID_JSON
-    if not record_path.is_file():
+    record = grid_status(grid_dir)
+    if record is None:
         raise ValueError(f"{grid_dir} holds no grid.json: run the grid first "
                          f"(python -m heavytail grid {MAPS[name].grid if name in MAPS else '<grid file>'})")
-    try:
-        record = load_json(record_path)
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{record_path}: not a readable grid record ({type(err).__name__}: {err})") from None
-    if not isinstance(record, dict) or not isinstance(record.get("configurations"), list):
-        raise ValueError(f"{record_path}: not a grid record (no list of configurations)")
     _check_grid(name, grid_dir, record)
     out = Path(output) if output is not None else path_of(name)
     cli.check_writable(out.parent, "the map's folder")
