@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
@@ -134,3 +135,15 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 break  # a line cut by a kill: everything after it is unreliable
     return rows
+
+
+def replace_block(path: "str | os.PathLike", begin: str, end: str, text: str) -> None:
+    """Rewrite what lies between the lines ``begin`` and ``end`` of a text file (the first such block; non-greedy, so
+    an empty block never swallows the blocks after it) with ``text``, atomically. ValueError when the file has no such
+    block; OSError when it cannot be read."""
+    path = Path(path)
+    pattern = re.compile(rf"({re.escape(begin)}\n)(?:.*?\n)??({re.escape(end)})", re.S)
+    old = path.read_text()
+    if not pattern.search(old):
+        raise ValueError(f"{path} has no '{begin}' ... '{end}' block")
+    atomic_write_text(path, pattern.sub(lambda m: m.group(1) + text.rstrip("\n") + "\n" + m.group(2), old, count=1))

@@ -59,7 +59,7 @@ def markdown(package: Path = PACKAGE) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m heavytail layout [--update FILE]``."""
     from heavytail import cli
-    from heavytail.io import atomic_write_text
+    from heavytail.io import replace_block
 
     parser = argparse.ArgumentParser(prog="python -m heavytail layout", description=__doc__.splitlines()[0])
     parser.add_argument("--update", metavar="FILE", default=None,
@@ -70,13 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(text)
         return 0
     path = Path(args.update)
-    pattern = re.compile(rf"({re.escape(BEGIN)}\n).*?({re.escape(END)})", re.S)
     try:
-        old = path.read_text()
-        if not pattern.search(old):
-            raise ValueError(f"{path} has no '{BEGIN}' ... '{END}' block")
+        replace_block(path, BEGIN, END, text)
     except (*cli.BAD_INPUT, OSError) as err:
         return cli.bad_input("layout", err)
-    atomic_write_text(path, pattern.sub(lambda m: m.group(1) + text + "\n" + m.group(2), old, count=1))
     print(f"updated the module table in {path}")
     return 0

@@ -256,10 +256,9 @@ def text_of(name: str, root: Path | None = None, groups: Sequence[ClaimGroup] = 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m heavytail claims [NAME] [--update FILE]``."""
     import argparse
-    import re
 
     from heavytail import cli
-    from heavytail.io import atomic_write_text
+    from heavytail.io import replace_block
 
     parser = argparse.ArgumentParser(prog="python -m heavytail claims",
                                      description="Print the claims decided on the shipped reference maps.")
@@ -294,14 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"the maps hold runs with no finite ratio ({', '.join(hidden[:3])}); a claim would read 'not run' "
                 "without them; nothing was rewritten: fix or re-ship those runs"))
     path = Path(args.update)
-    # non-greedy up to the first closing marker, so an empty block never swallows the blocks after it
-    pattern = re.compile(rf"(<!-- claims {re.escape(args.name)} -->\n)(?:.*?\n)??(<!-- /claims -->)", re.S)
     try:
-        old = path.read_text()
-        if not pattern.search(old):
-            raise ValueError(f"{path} has no '<!-- claims {args.name} -->' ... '<!-- /claims -->' block")
+        replace_block(path, f"<!-- claims {args.name} -->", "<!-- /claims -->", text)
     except cli.BAD_INPUT + (OSError,) as err:
         return cli.bad_input("claims", err)
-    atomic_write_text(path, pattern.sub(lambda m: m.group(1) + text.rstrip("\n") + "\n" + m.group(2), old, count=1))
     print(f"updated the {args.name} claims in {path}")
     return 0

@@ -266,6 +266,19 @@ def selection_runs(shipped_map: str, grid_dir: str | None, select_grid: str) -> 
     return runs
 
 
+def load_selection(select, shipped_map: str, grid_dir: str | None, select_grid: str) -> tuple[list, dict[str, Any]]:
+    """``select`` (a selection rule) on a selection stage's runs (:func:`selection_runs`), and the selection grid
+    file as the template of the deciding one. ValueError when no variant and N has finished every rate yet."""
+    from heavytail import cli
+    from heavytail.harness.artifacts import repo_root
+
+    selections = select(selection_runs(shipped_map, grid_dir, select_grid))
+    if not selections:
+        raise ValueError(f"{grid_dir or 'the shipped selection map'}: no variant and N has finished runs at every rate "
+                         f"on seeds {list(SELECT_SEEDS)} yet")
+    return selections, cli.read_yaml(repo_root() / select_grid)
+
+
 def selection_parser(prog: str, doc: str, decide_grid: str, select_grid: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
     parser.add_argument("grid_dir", nargs="?", default=None,
@@ -300,11 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = selection_parser("python -m heavytail select-lr", main.__doc__, DECIDE_GRID, SELECT_GRID).parse_args(argv)
     try:
-        selections = select_lr(selection_runs("gap-converged-select", args.grid_dir, SELECT_GRID))
-        if not selections:
-            raise ValueError(f"{args.grid_dir or 'the shipped selection map'}: no variant and N has finished runs at "
-                             f"every rate on seeds {list(SELECT_SEEDS)} yet")
-        template = cli.read_yaml(repo_root() / SELECT_GRID)
+        selections, template = load_selection(select_lr, "gap-converged-select", args.grid_dir, SELECT_GRID)
     except cli.BAD_INPUT as err:
         return cli.bad_input("select-lr", err)
     out = Path(args.output) if args.output else repo_root() / DECIDE_GRID

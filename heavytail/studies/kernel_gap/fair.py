@@ -42,7 +42,7 @@ import numpy as np
 
 from heavytail.science.collapse import diverged
 from heavytail.studies import claims as C
-from heavytail.studies.kernel_gap.converged import (excess_by_seed, selection_parser, selection_runs,
+from heavytail.studies.kernel_gap.converged import (excess_by_seed, load_selection, selection_parser,
                                                     write_decision_grid)
 from heavytail.studies.kernel_gap.gap import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, map_extent, paired_ratio,
                                           sizes, variant, variant_name)
@@ -266,11 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = selection_parser("python -m heavytail select-lr-fair", main.__doc__, DECIDE_GRID,
                             SELECT_GRID).parse_args(argv)
     try:
-        selections = select(selection_runs("gap-fair-select", args.grid_dir, SELECT_GRID))
-        if not selections:
-            raise ValueError(f"{args.grid_dir or 'the shipped selection map'}: no variant and N has finished runs at "
-                             f"every rate on seeds {list(SELECT_SEEDS)} yet")
-        template = cli.read_yaml(repo_root() / SELECT_GRID)
+        selections, template = load_selection(select, "gap-fair-select", args.grid_dir, SELECT_GRID)
     except cli.BAD_INPUT as err:
         return cli.bad_input("select-lr-fair", err)
     header = ("# The kernel gap at convergence, fair to both kernels, stage 2: written by `python -m heavytail\n"
