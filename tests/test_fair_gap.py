@@ -191,3 +191,20 @@ def test_the_equivalence_rule_has_power_where_the_spread_allows_it():
     rate = _rate(rule, 0.0, 0.1, len(F.DECIDE_SEEDS), C.NOT_REPRODUCED, "equivalent")
     predicted = C.tost_power(0.1, len(F.DECIDE_SEEDS), F.GAP_EQUIVALENCE)
     assert rate >= 0.9 and abs(rate - predicted) <= 4 * math.sqrt(predicted * (1 - predicted) / M) + 0.01
+
+
+def test_the_first_sizes_deciding_runs_keep_their_folder_names_when_others_join(tmp_path):
+    template = yaml.safe_load(open(F.SELECT_GRID))
+    names = []
+    for ns in ((256,), (256, 1024)):
+        path = tmp_path / f"grid{len(ns)}.yaml"
+        path.write_text(yaml.safe_dump(F.decision_grid(F.select(_selection(best_lr=3e-3, ns=ns)), template)))
+        names.append(set(GridSpec.from_yaml(path).names))
+    assert names[0] < names[1] and all("n_points=256" in n for n in names[0])
+
+
+def test_name_keys_must_be_configuration_keys(tmp_path):
+    grid = yaml.safe_load(open(F.SELECT_GRID))
+    grid["name_keys"] = ["n_pointz"]
+    with pytest.raises(ValueError, match="'name_keys' must be a list of configuration keys"):
+        GridSpec.from_dict(grid)

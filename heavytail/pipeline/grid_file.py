@@ -10,6 +10,7 @@ Format::
     base:                            # RunConfig keys shared by every configuration
       steps: 300
       d_model: 32
+    name_keys: [n_points]            # optional: keys every folder name spells even while one value is listed
     axes:                            # product of these lists, in this order
       tasks:                         # operator and marginal family travel together
         - {benchmark: sheared_swap, marginals: mirrored_pareto}
@@ -58,7 +59,7 @@ from heavytail.harness.config import RunConfig
 NAMED_KEYS = ("benchmark", "marginals", "kernel", "norm", "symlog", "seed")
 TASK_KEYS = ("benchmark", "marginals")
 DEFAULT_NOTEBOOK = "notebooks/04_ablation.py"
-TOP_LEVEL_KEYS = ("name", "notebook", "base", "axes", "local", "slurm")
+TOP_LEVEL_KEYS = ("name", "notebook", "base", "axes", "name_keys", "local", "slurm")
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -200,7 +201,11 @@ class GridSpec:
             raise ValueError(f"'notebook'{where} must be the path of a py:percent notebook, got {notebook!r}")
         base = _mapping(data.get("base"), "base", where)
         axes = _mapping(data.get("axes"), "axes", where)
-        configs, names = _expand(name, base, axes, where)
+        spelled = data.get("name_keys", [])
+        allowed = {f.name for f in fields(RunConfig)}
+        if not isinstance(spelled, list) or not set(spelled) <= allowed:
+            raise ValueError(f"'name_keys'{where} must be a list of configuration keys, got {spelled!r}")
+        configs, names = _expand(name, base, axes, where, spelled)
         return cls(
             name=name,
             configs=configs,
@@ -262,12 +267,13 @@ def folder_name(cfg: RunConfig, varying: Sequence[str]) -> str:
     return name
 
 
-def _expand(name: str, base: dict[str, Any], axes: dict[str, Any], where: str
+def _expand(name: str, base: dict[str, Any], axes: dict[str, Any], where: str, spelled: Sequence[str] = ()
             ) -> tuple[tuple[RunConfig, ...], tuple[str, ...]]:
-    """The Cartesian product of the axes over the base, each validated by RunConfig, and their folder names."""
+    """The Cartesian product of the axes over the base, each validated by RunConfig, and their folder names (which
+    spell the keys that vary and those of ``spelled``)."""
     keys = {f.name for f in fields(RunConfig)}
     levels: list[list[dict[str, Any]]] = []
-    varying: set[str] = set()
+    varying: set[str] = set(spelled)
     for axis, values in axes.items():
         if not isinstance(values, list) or not values:
             raise ValueError(f"axis '{axis}'{where} must be a non-empty list, got {values!r}")

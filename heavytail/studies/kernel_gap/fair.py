@@ -170,7 +170,9 @@ def decision_grid(selections: Sequence[Selection], template: Mapping[str, Any],
     chosen (variant, N) with its rate, on the deciding seeds; edges and cells with every rate excluded are left out."""
     cells_ = [{"n_points": s.n_points, "kernel": s.variant[0], "attention_backend": s.variant[1], "lr": s.lr}
               for s in selections if s.lr is not None and not s.edge]
-    return {"name": "grid-gap-fair", "base": dict(template["base"]), "axes": {"cells": cells_, "seed": list(seeds)},
+    # every cell's folder spells its N, rate and path, so the runs of the first N keep their names as others join
+    return {"name": "grid-gap-fair", "base": dict(template["base"]),
+            "name_keys": ["attention_backend", "lr", "n_points"], "axes": {"cells": cells_, "seed": list(seeds)},
             **{k: template[k] for k in ("local", "slurm") if k in template}}
 
 
