@@ -160,17 +160,7 @@ if ref_rows:
     print("each kernel's boundary q + 1 and the nearest tail indices either side:",
           "; ".join(f"{k}: {v}" for k, v in phase.static.boundaries_covered(design["tail_indices"]).items()))
     show(phase.moment_condition.static_table(ref_rows, ref_rows[0]["n_max"], max(r["reps"] for r in ref_rows)), art, "static_reference")
-    verdict, outside, straddle = phase.diagram.static_verdict(ref_rows)
-    half = [(r["joint_high"] - r["joint_low"]) / 2 for r in ref_rows]
-    display(Markdown(
-        f"**The static verdict: {verdict}.** Of {len(ref_rows)} cells, {len(ref_rows) - len(outside) - len(straddle)} "
-        f"have intervals within +-{phase.diagram.STATIC_MARGIN:g} of the prediction, {len(straddle)} straddle its edge and "
-        f"{len(outside)} lie wholly outside it; Bonferroni half-widths {min(half):.3f} to {max(half):.3f} (median "
-        f"{float(np.median(half)):.3f}). Outside: " + ("; ".join(
-            f"{r['kernel']} at a = {r['a']:g} (predicted {r['predicted']:.2f}, measured {r['measured']:.2f} "
-            f"[{r['joint_low']:.2f}, {r['joint_high']:.2f}])" for r in outside) or "none") + ". Straddling: " + ("; ".join(
-            f"{r['kernel']} at a = {r['a']:g} ({r['measured']:.2f} [{r['joint_low']:.2f}, {r['joint_high']:.2f}] "
-            f"against {r['predicted']:.2f})" for r in straddle) or "none") + "."))
+    display(Markdown(phase.diagram.static_verdict_text(ref_rows)))
 
 # %% [markdown]
 # ## The trained phase diagram
@@ -247,28 +237,9 @@ if fixed:
     print(f"fixed-weight measurements at commit {fp['commit'][:9]}, {fp['date']}, by `{fp['command']}`; runs "
           "trained at " + ", ".join(sorted({t['commit'][:9] for r in fixed['runs'] for t in r['trained']})))
     art.save_figure(phase.plots.fixed_weight_figure(fixed["runs"]), "fixed_weight")
-    fw_rows = []
-    for r in fixed["runs"]:
-        for at in r["at"]:
-            fw_rows.append({"run": f"{r['kernel']}, {r['tail_regime']}, N = {r['n_points']}", "a": f"{at['a']:.3g}",
-                            "predicted": f"{at['predicted']:.3f}",
-                            "block 0 exponent (95 %)": f"{at['measured']:.3f} ({at['low']:.3f} - {at['high']:.3f})",
-                            **{f"Hill, block {h['block']}": f"{h['median']:.3g} ({h['band_low']:.3g} - "
-                               f"{h['band_high']:.3g})" for h in at["hill"]}})
-    show({"title": "At trained weights: block 0's attention-output exponent and each block's token tail index",
-          "columns": list(fw_rows[0]), "rows": fw_rows,
-          "notes": f"nested ensembles N = {fixed['runs'][0]['ns'][0]} .. {fixed['runs'][0]['ns'][-1]}, "
-                   f"{fixed['runs'][0]['reps']} ensembles per a; Hill at N = {fixed['runs'][0]['hill_n']}, "
-                   "k = 0.1 N, band a_hat (1 +- 1.96/sqrt k)"}, art, "fixed_weight")
-    within = sum(abs(at["measured"] - at["predicted"]) <= phase.diagram.STATIC_MARGIN for r in fixed["runs"] for at in r["at"])
-    total = sum(len(r["at"]) for r in fixed["runs"])
-    b1 = [at["hill"][1]["median"] for r in fixed["runs"] for at in r["at"] if len(at["hill"]) > 1]
-    display(Markdown(
-        f"**What it shows:** block 0's exponent at trained weights lies within +-{phase.diagram.STATIC_MARGIN:g} of App. A's "
-        f"prediction in {within} of {total} (run, a) cases (point estimates; 95 % intervals in the table). The "
-        f"tokens entering block 1 have Hill estimates of {min(b1):.3g} to {max(b1):.3g} against the input's a "
-        "(dashed): post-norm LayerNorm bounds them, so App. A's condition holds trivially from block 1 on."
-        if b1 else f"**What it shows:** {within} of {total} within +-{phase.diagram.STATIC_MARGIN:g}."))
+    show(phase.fixed_weight.table(fixed), art, "fixed_weight")
+    within, total = phase.fixed_weight.within(fixed, phase.diagram.STATIC_MARGIN)
+    display(Markdown(phase.fixed_weight.summary(fixed, phase.diagram.STATIC_MARGIN)))
 else:
     display(Markdown("The fixed-weight measurements are not shipped (`python -m heavytail.studies.phase.fixed_weight`)."))
 
@@ -300,22 +271,8 @@ if phase_rows and np.isfinite(spread):
                        "deciding cell."))
 
 # %%
-confirm_map = reference_maps.load("phase-confirm", root)
-confirm_runs = confirm_map["runs"] if confirm_map else []
-confirmed = phase.confirm.confirm(confirm_runs) if confirm_runs else None
-confirm_text = ("the confirmatory map is not shipped yet" if confirmed is None else
-                f"the confirmatory test reads {confirmed['verdict']} on {len(confirm_runs)} of "
-                f"{confirm_map['provenance']['configurations']} runs (rules: "
-                + "; ".join(f"{k}: {v}" for k, v in confirmed["rules"].items()) + ")")
-display(Markdown(f"**Confirmatory map:** {confirm_text}."
-                 + ("" if confirmed is None else "".join(
-                     f"\n- {k[0]} on {k[1]}: {'no verdict yet' if v['interim'] else v['decision'].verdict}"
-                     + (f", slope {v['decision'].estimate.estimate:+.3f} per doubling [{v['decision'].estimate.low:+.3f}, "
-                        f"{v['decision'].estimate.high:+.3f}], {v['decision'].estimate.n} seeds" if v["decision"].estimate else "")
-                     + (f" (interim: {len(phase.confirm.registered_runs(k)) - confirmed['missing'][k]} of "
-                        f"{len(phase.confirm.registered_runs(k))} registered runs in)" if v["interim"]
-                        else f" ({v['decision'].reason})" if v["decision"].reason else "")
-                     for k, v in confirmed["cells"].items()))))
+confirm_text, confirm_paragraph = phase.confirm.status(reference_maps.load("phase-confirm", root))
+display(Markdown(confirm_paragraph))
 
 # %% [markdown]
 # ## Tail errors across thresholds (App. J's open item)

@@ -277,3 +277,31 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                   f"{per_cell}. Rules: {rules}") if cells else "", needs=needs,
         decided_by={"notebook": "08_phase_diagram", "section": "The confirmatory trained test, pre-registered",
                     "figures": []}).to_dict()]
+
+
+def status(shipped: Mapping[str, Any] | None) -> tuple[str, str]:
+    """(one clause, one paragraph) on the confirmatory map: the verdict of the pre-registered test on the shipped runs,
+    each rule's reading, and per deciding cell its verdict with the slope's interval or how many registered runs are in
+    (an interim cell has no verdict yet)."""
+    runs = shipped["runs"] if shipped else []
+    confirmed = confirm(runs) if runs else None
+    if confirmed is None:
+        clause = "the confirmatory map is not shipped yet"
+        return clause, f"**Confirmatory map:** {clause}."
+    clause = (f"the confirmatory test reads {confirmed['verdict']} on {len(runs)} of "
+              f"{shipped['provenance']['configurations']} runs (rules: "
+              + "; ".join(f"{k}: {v}" for k, v in confirmed["rules"].items()) + ")")
+    lines = []
+    for k, v in confirmed["cells"].items():
+        d = v["decision"]
+        line = f"- {k[0]} on {k[1]}: {'no verdict yet' if v['interim'] else d.verdict}"
+        if d.estimate:
+            e = d.estimate
+            line += f", slope {e.estimate:+.3f} per doubling [{e.low:+.3f}, {e.high:+.3f}], {e.n} seeds"
+        if v["interim"]:
+            registered = len(registered_runs(k))
+            line += f" (interim: {registered - confirmed['missing'][k]} of {registered} registered runs in)"
+        elif d.reason:
+            line += f" ({d.reason})"
+        lines.append(line)
+    return clause, f"**Confirmatory map:** {clause}.\n" + "\n".join(lines)

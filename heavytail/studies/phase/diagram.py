@@ -322,3 +322,18 @@ def band_table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"title": "Share of Hill thresholds whose band excludes the known index (mean over evaluation trials)",
             "columns": ["run", "axis 1: output", "axis 1: i.i.d. target", "excess (largest axis)"], "rows": rows,
             "notes": "k from 1 % to 20 % of the evaluation N (heavytail.harness.evaluate.band_k_range)"}
+
+
+def static_verdict_text(rows: Sequence[Mapping[str, Any]], margin: float = STATIC_MARGIN) -> str:
+    """:func:`static_verdict` on the shipped reference's cells as one paragraph: the verdict, how many cells lie within,
+    straddle or lie outside +-``margin``, the Bonferroni half-widths, and each cell outside or straddling."""
+    verdict, outside, straddle = static_verdict(rows, margin)
+    half = [(r["joint_high"] - r["joint_low"]) / 2 for r in rows]
+    out = "; ".join(f"{r['kernel']} at a = {r['a']:g} (predicted {r['predicted']:.2f}, measured {r['measured']:.2f} "
+                    f"[{r['joint_low']:.2f}, {r['joint_high']:.2f}])" for r in outside) or "none"
+    edge = "; ".join(f"{r['kernel']} at a = {r['a']:g} ({r['measured']:.2f} [{r['joint_low']:.2f}, {r['joint_high']:.2f}] "
+                     f"against {r['predicted']:.2f})" for r in straddle) or "none"
+    return (f"**The static verdict: {verdict}.** Of {len(rows)} cells, {len(rows) - len(outside) - len(straddle)} have "
+            f"intervals within +-{margin:g} of the prediction, {len(straddle)} straddle its edge and {len(outside)} lie "
+            f"wholly outside it; Bonferroni half-widths {min(half):.3f} to {max(half):.3f} (median "
+            f"{float(np.median(half)):.3f}). Outside: {out}. Straddling: {edge}.")
