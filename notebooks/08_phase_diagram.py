@@ -129,15 +129,7 @@ display(Markdown(
 if ref_rows:
     check = phase.static.cross_check(static_rows, ref_rows)
     show(check, art, "static_cross_check")
-    if check["agree"] is None:  # a tail index the reference did not compute: nothing to compare, not a disagreement
-        display(Markdown(f"**Cross-check against the shipped reference: not made.** This run's tail indices "
-                         f"{[float(a) for a in tail_indices]} share no cell with the reference's "
-                         f"{static_ref['design']['tail_indices']}; set `tail_indices` to some of those."))
-    else:
-        display(Markdown(f"**Cross-check against the shipped reference:** {check['shared'] - check['misses']} of "
-                         f"{check['shared']} shared cells hold the reference's exponent in this run's interval (at "
-                         f"the Bonferroni level over the shared cells): the two "
-                         + ("agree." if check["agree"] else "disagree; the cells marked 'no' say where.")))
+    display(Markdown(phase.static.cross_check_text(check, tail_indices, static_ref["design"]["tail_indices"])))
 
 # %% [markdown]
 # ## The shipped static reference: the static claim decided
@@ -187,16 +179,7 @@ if phase_rows:
     show(phase.diagram.phase_table(gap_rows, "gap to log-ELU"), art, "phase_table_gap")
     art.save_figure(phase.plots.curves_figure(phase_map.runs), "phase_curves")
     # The joint claim needs every cell decided; its power at the map's own spread of per-seed slopes.
-    spread = float(np.median([np.std(r["slopes"], ddof=1) for r in phase_rows if len(r["slopes"]) > 1] or [np.nan]))
-    predicted = {(r["kernel"], r["regime"]): r["predicted"] == "grows" for r in phase_rows}
-    if np.isfinite(spread):
-        power = {k: phase.diagram.map_power(predicted, spread, k, m=200) for k in (5, 10, 20)}
-        display(Markdown(f"**Power of the joint claim.** With the map's median per-seed slope spread "
-                         f"({spread:.3f} in log per doubling of N) and every cell as predicted (x1.5 per doubling "
-                         f"where it grows), the rule reads *reproduced* in "
-                         + ", ".join(f"{v:.0%} of maps at {k} seeds" for k, v in power.items())
-                         + " (200 simulated maps each): a cell predicted bounded is decided only when its interval "
-                           "excludes growth of x1.10 per doubling."))
+    display(Markdown(phase.diagram.power_text(phase_rows)))
 else:
     display(Markdown("**The phase map has not run yet.** It is `params/grid_phase.yaml` (about 3 hours of two "
                      "workers): `python -m heavytail grid params/grid_phase.yaml --executor local`, then "
@@ -211,17 +194,8 @@ else:
 # App. A's quantity inside trained models directly.
 
 # %%
-pred_rows = [r for r in phase_rows] if phase_rows else []
-if pred_rows:
-    deciding = phase.confirm.deciding_cells(sorted({r["kernel"] for r in pred_rows}), sorted({r["regime"] for r in pred_rows}))
-    seeds_in_map = min(r["seeds"] for r in pred_rows)
-    display(Markdown(
-        f"- **Can:** say, per (kernel, regime) cell, whether the ratio to the floor (or the gap to log-ELU) grows with "
-        f"the training N, at {seeds_in_map} seeds per cell.\n"
-        f"- **Cannot:** tell App. A's boundary from its neighbours. The candidate rules "
-        + ", ".join(f"'{k}'" for k in phase.confirm.RULES) + f" disagree on only {len(deciding)} of the map's cells ("
-        + ", ".join(f"{k} on {g}" for k, g in deciding) + "); and the ratio to the floor grows wherever the floor "
-        "falls, so its growth is not the population divergence. The confirmatory test below is designed for that."))
+if phase_rows:
+    display(Markdown(phase.diagram.scope_text(phase_rows)))
 
 # %% [markdown]
 # ## Fixed-weight exponents of trained models
@@ -262,7 +236,8 @@ for c in confirm_cells:
     print(f"  {c[0]} on {c[1]}: {phase.confirm.predictions(*c)}")
 print(f"seeds {phase.confirm.SEEDS[0]}-{phase.confirm.SEEDS[-1]} ({len(phase.confirm.SEEDS)} per cell; the shipped map used {phase.confirm.SHIPPED_SEEDS[0]}-"
       f"{phase.confirm.SHIPPED_SEEDS[-1]}), N = {', '.join(map(str, phase.confirm.NS))} and {phase.confirm.LONG_N} on the moderate-regime cells")
-if phase_rows and np.isfinite(spread):
+spread = phase.diagram.slope_spread(phase_rows) if phase_rows else float("nan")
+if np.isfinite(spread):
     pw = {k: phase.confirm.power(spread, k, m=200) for k in (5, 10, 20, 40)}
     need = phase.confirm.seeds_needed(spread)
     display(Markdown(f"**Power at the map's spread ({spread:.3f}):** the primary rule, true, reads *reproduced* in "

@@ -41,3 +41,21 @@ def test_the_fixed_weight_table_and_paragraph_state_each_case():
 def test_the_confirmatory_status_without_a_map_says_so():
     clause, paragraph = confirm.status(None)
     assert clause == "the confirmatory map is not shipped yet" and paragraph == f"**Confirmatory map:** {clause}."
+
+
+def test_the_cross_check_paragraph_counts_agreeing_cells_or_says_why_none_compared():
+    from heavytail.studies.phase import static
+
+    assert "3 of 4 shared cells" in static.cross_check_text({"agree": False, "shared": 4, "misses": 1}, [1.5], [1.5])
+    none = static.cross_check_text({"agree": None, "shared": 0, "misses": 0}, [1.75], [2.0, 3.0])
+    assert "not made" in none and "[1.75]" in none and "[2.0, 3.0]" in none
+
+
+def test_the_power_and_scope_paragraphs_read_the_maps_cells():
+    rows = [{"kernel": k, "regime": g, "predicted": "grows" if k == "softmax" else "bounded", "seeds": 5,
+             "slopes": [0.0, 0.1, -0.1, 0.05, -0.05]} for k in ("softmax", "log_elu") for g in ("paper", "moderate")]
+    assert abs(diagram.slope_spread(rows) - 0.0790569) < 1e-6
+    text = diagram.power_text(rows, seeds=(5,), m=20)
+    assert "slope spread (0.079" in text and "of maps at 5 seeds (20 simulated maps each)" in text
+    assert diagram.power_text([dict(r, slopes=[0.1]) for r in rows]) == ""
+    assert "at 5 seeds per cell" in diagram.scope_text(rows)

@@ -230,3 +230,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def cross_check_text(check: Mapping[str, Any], tail_indices: Sequence[float], reference_indices: Sequence[float]) -> str:
+    """:func:`cross_check`'s outcome in one paragraph: how many shared cells agree, or why no cell could be compared."""
+    if check["agree"] is None:  # a tail index the reference did not compute: nothing to compare, not a disagreement
+        return (f"**Cross-check against the shipped reference: not made.** This run's tail indices "
+                f"{[float(a) for a in tail_indices]} share no cell with the reference's {list(reference_indices)}; "
+                "set `tail_indices` to some of those.")
+    return (f"**Cross-check against the shipped reference:** {check['shared'] - check['misses']} of {check['shared']} "
+            "shared cells hold the reference's exponent in this run's interval (at the Bonferroni level over the "
+            "shared cells): the two " + ("agree." if check["agree"] else "disagree; the cells marked 'no' say where."))
