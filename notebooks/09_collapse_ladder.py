@@ -28,6 +28,7 @@
 # %% tags=["parameters"]
 ladder_dir = "outputs/grid-collapse-ladder"  # a local re-run of the ladder, used instead of the shipped map
 small_dir = "outputs/grid-collapse-ladder-small"  # a local re-run of rung R1b (R1's model on the ladder's recipe)
+screen_dir = "outputs/grid-mechanism-screen"  # a local re-run of the mechanism screen
 report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner
 
@@ -36,7 +37,7 @@ from IPython.display import Markdown, display
 
 from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.harness.config import RunConfig
-from heavytail.studies import claims, collapse, reference_maps
+from heavytail.studies import claim_groups, claims, collapse, reference_maps
 from heavytail.studies.tables import show
 
 root = repo_root()
@@ -165,6 +166,26 @@ precision = [f for f in found if f["id"].startswith("collapse-precision-")]
 display(Markdown("\n\n".join(f"- {claims.render(f)}" for f in precision) or (
     "Not run yet: no rung has shipped softmax's attention in float32 under autocast (the `attention_backend=flash` "
     "cells of rung R3) next to SDPA in bf16 on the same seed.")))
+
+# %% [markdown]
+# ## Why softmax fails here: the screen and the interventions
+#
+# R2's softmax never learns, where the paper's learned first (Fig. 13). The screen (`heavytail.studies.collapse.
+# mechanism`, its criterion written before the runs) trains the first steps of R2's recipe in settings closer to the
+# paper's batch, softmax against log-ELU on the same seeds; the interventions change block 0 alone, or bound the
+# score, at R2's recipe. The figure first: training loss per setting, the criterion's window shaded.
+
+# %%
+screen = reference_maps.source("mechanism-screen", root / screen_dir)
+print(screen.describe())
+if screen.runs:
+    art.save_figure(collapse.mechanism_views.screen_figure(screen.runs), "mechanism_screen")
+    show(collapse.mechanism_views.screen_table(screen.runs), art, "mechanism_screen")
+mechanism = claim_groups.decide(claim_groups.group("mechanism")) or []
+show(claims.compact_table(mechanism, "Interventions at R2's recipe") if mechanism else
+     {"title": "Interventions at R2's recipe", "columns": ["state"], "rows": [{"state": "not run: "
+      "python -m heavytail grid params/grid_mechanism_interventions.yaml"}], "notes": ""}, art, "mechanism_claims")
+display(Markdown(collapse.mechanism_views.screen_summary(screen.runs)))
 
 # %% [markdown]
 # ## Every claim with its evidence

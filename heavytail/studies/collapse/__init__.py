@@ -11,6 +11,6 @@
 
 from heavytail.studies import lazy_submodules
 
-MODULES = ('by_task', 'calibration', 'ladder', 'ladder_plots', 'ladder_tables', 'numerics', 'numerics_plots', 'tables56',
-           'tables56_rules', 'tables56_views')
+MODULES = ('by_task', 'calibration', 'ladder', 'ladder_plots', 'ladder_tables', 'mechanism', 'mechanism_views', 'numerics',
+           'numerics_plots', 'tables56', 'tables56_rules', 'tables56_views')
 __getattr__, __dir__ = lazy_submodules(__name__, MODULES)

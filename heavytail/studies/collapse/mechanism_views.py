@@ -1,0 +1,103 @@
+"""The mechanism screen as a reader sees it (:mod:`heavytail.studies.collapse.mechanism`): which setting a run
+screens, the criterion per setting and seed as one table, and the training loss per setting, softmax against log-ELU,
+as one figure. Each takes run summaries (the shipped ``mechanism-screen`` map, or a local re-run)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import matplotlib.pyplot as plt
+
+from heavytail.names import LOG_ELU, SOFTMAX_SDPA, variant_color
+from heavytail.studies import claims as C
+from heavytail.studies.collapse import mechanism as M
+from heavytail.studies.collapse import tables56 as T
+
+Run = Mapping[str, Any]
+_KERNELS = {"softmax": SOFTMAX_SDPA, "log_elu": LOG_ELU}
+
+
+def setting_of(config: Mapping[str, Any]) -> str | None:
+    """The screen setting a run configuration is: the one of :data:`mechanism.SETTINGS` whose keys it changes from
+    R2's recipe (:data:`tables56.RECIPE`), every other screened key at R2's value; None for anything else."""
+    screened = {k for keys in M.SETTINGS.values() for k in keys}
+    for name, keys in M.SETTINGS.items():
+        wanted = {k: keys.get(k, T.RECIPE[k]) for k in screened}
+        if all(config.get(k) == v for k, v in wanted.items()):
+            return name
+    return None
+
+
+def by_setting(runs: Sequence[Run]) -> dict[str, dict[str, dict[int, Run]]]:
+    """{setting: {"softmax" | "log_elu": {seed: run}}} in :data:`mechanism.SETTINGS`'s order."""
+    out: dict[str, dict[str, dict[int, Run]]] = {name: {} for name in M.SETTINGS}
+    for r in runs:
+        name = setting_of(r["config"])
+        if name is not None and r["config"]["kernel"] in _KERNELS:
+            out[name].setdefault(r["config"]["kernel"], {})[int(r["config"]["seed"])] = r
+    return {k: v for k, v in out.items() if v}
+
+
+def screen_table(runs: Sequence[Run]) -> dict[str, Any]:
+    """Per setting: the seeds screened, each seed's window medians and softmax/log-ELU ratio, and whether softmax
+    learns there by the criterion written before the runs."""
+    rows = []
+    for name, kernels in by_setting(runs).items():
+        soft, log = kernels.get("softmax", {}), kernels.get("log_elu", {})
+        verdict = M.learns(list(soft.values()), list(log.values()))
+        seeds = sorted(set(soft) | set(log))
+        rows.append({
+            "setting": name, "changes": ", ".join(f"{k} {v:g}" for k, v in M.SETTINGS[name].items()),
+            "seeds": ", ".join(map(str, seeds)),
+            "softmax median loss, per seed": ", ".join(C.fmt(M.window_median(soft[s])) if s in soft else "-"
+                                                       for s in seeds),
+            "log-ELU median loss, per seed": ", ".join(C.fmt(M.window_median(log[s])) if s in log else "-"
+                                                       for s in seeds),
+            "softmax / log-ELU": ", ".join(C.fmt(verdict["ratios"][s]) if s in verdict["ratios"] else "-"
+                                           for s in seeds),
+            "softmax learns": ("yes" if verdict["learns"] else "no") if verdict["ratios"] else "not run",
+        })
+    lo, hi = M.SCREEN_WINDOW
+    return {"title": "The mechanism screen: does softmax learn in the first steps of R2's recipe?",
+            "columns": ["setting", "changes", "seeds", "softmax median loss, per seed", "log-ELU median loss, per seed",
+                        "softmax / log-ELU", "softmax learns"], "rows": rows,
+            "notes": f"median training loss over the logged steps {lo:,}-{hi:,}; softmax learns in a setting when on "
+                     f"every seed screened its median is at most x{M.LEARN_FACTOR:g} log-ELU's on the same seed "
+                     "(heavytail.studies.collapse.mechanism, written before the runs)"}
+
+
+def screen_figure(runs: Sequence[Run]):
+    """One panel per screened setting: training loss against step, softmax (SDPA) and log-ELU, one line per seed,
+    the criterion's window shaded."""
+    settings = by_setting(runs)
+    fig, axes = plt.subplots(1, max(1, len(settings)), figsize=(3.2 * max(1, len(settings)), 3.0),
+                             constrained_layout=True, squeeze=False, sharey=True)
+    for ax, (name, kernels) in zip(axes[0], settings.items()):
+        for kernel, seeds in kernels.items():
+            for i, (seed, r) in enumerate(sorted(seeds.items())):
+                steps, loss = T.regular_rows(r["trace"], int(r["config"].get("log_every", 25)))
+                ax.plot(steps, loss, color=variant_color(_KERNELS[kernel]), lw=0.9, ls=("-", "--")[i % 2],
+                        label=f"{'softmax (SDPA)' if kernel == 'softmax' else 'log-ELU'}, seed {seed}")
+        ax.axvspan(*M.SCREEN_WINDOW, color="0.9", zorder=0)
+        ax.set_yscale("log")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("step")
+    axes[0][0].set_ylabel("training loss (energy distance)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, fontsize=7, frameon=False, loc="outside lower center", ncols=4)
+    return fig
+
+
+def screen_summary(runs: Sequence[Run]) -> str:
+    """One sentence: the settings in which softmax learns, those in which it does not, and those not screened yet."""
+    table = screen_table(runs)
+    said = {v: [r["setting"] for r in table["rows"] if r["softmax learns"] == v] for v in ("yes", "no", "not run")}
+    missing = [name for name in M.SETTINGS if name not in {r["setting"] for r in table["rows"]}]
+    parts = [f"softmax learns with log-ELU in {', '.join(said['yes']) or 'no setting screened'}"]
+    if said["no"]:
+        parts.append(f"not in {', '.join(said['no'])}")
+    if missing or said["not run"]:
+        parts.append(f"not screened yet: {', '.join(missing + said['not run'])}")
+    return "The screen: " + "; ".join(parts) + f" (the first {M.SCREEN_STEPS:,} steps, seeds " \
+        f"{', '.join(map(str, M.SCREEN_SEEDS))})."
