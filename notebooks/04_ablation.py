@@ -52,7 +52,7 @@ from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.harness.rundir import RunDir
 from heavytail.harness.experiment import default_run_dir, run_configuration
 from heavytail.names import KERNEL_COLORS
-from heavytail.studies.ablation.summary_plots import training_curve
+from heavytail.studies.curves import training_curve
 from heavytail.harness.train import build_benchmark, load_model, resolve_device
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repository root

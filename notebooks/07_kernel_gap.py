@@ -47,7 +47,7 @@ from IPython.display import Markdown, display
 
 from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.harness.config import RunConfig
-from heavytail.studies import claims, kernel_gap, reference_maps, run_summary
+from heavytail.studies import claims, core, kernel_gap, reference_maps, run_summary
 from heavytail.studies.tables import show
 
 root = repo_root()
@@ -88,7 +88,7 @@ _ = art.save_table("kernel_gap_findings.json", found)
 power = kernel_gap.claims.power_from(points) if points else {}
 for label, runs in (("one-trial-per-step map", design), ("this report", own), ("points-per-step map", points),
                     ("3,000-step grid", long_runs)):
-    print(f"{label}: {len(runs)} runs; {kernel_gap.gap.map_extent(runs)}")
+    print(f"{label}: {len(runs)} runs; {core.map_extent(runs)}")
 if "growth_sd" in power:
     display(Markdown(
         f"**Power.** On the points-per-step map the softmax / log-ELU gap changed by "
@@ -110,7 +110,7 @@ if "growth_sd" in power:
 
 # %%
 art.save_figure(kernel_gap.plots.growth_figure(design or own), "growth_slopes")  # the gap figure: under Findings
-for at in kernel_gap.gap.AT:
+for at in core.AT:
     show(kernel_gap.claims.growth_table(design or own, at), art, f"growth_{at}")
 grows = next(f for f in found if f["id"] == "gap-grows-with-n")
 display(Markdown(f"**What it shows:** {claims.render(grows)}"))
@@ -139,7 +139,7 @@ if converged_runs:
 else:  # until the deciding seeds exist, the selection seeds at their chosen rates (they decide nothing)
     chosen = {(s.variant, s.n_points): s.lr for s in selections}
     recipes = {"design recipe": design, "selection seeds 0-2, chosen lr": [
-        r for r in select_runs if chosen.get((kernel_gap.gap.variant(r), r["config"]["n_points"])) == r["config"]["lr"]]}
+        r for r in select_runs if chosen.get((core.variant(r), r["config"]["n_points"])) == r["config"]["lr"]]}
 art.save_figure(kernel_gap.converged_plots.recipes_figure(recipes), "converged_gap_vs_n")
 stops = [r.get("stop", {}).get("stop_reason") for r in [*select_runs, *converged_runs]]
 display(Markdown(
@@ -167,7 +167,7 @@ if fair_choice:
 fair_found = kernel_gap.fair.findings(fair_runs)
 show(claims.compact_table(fair_found, "The gap at a fixed annealed budget, best weights"), art, "findings_fair")
 fair_chosen = {(s.variant, s.n_points): s.lr for s in fair_choice}
-fair_shown = fair_runs or [r for r in fair_select if fair_chosen.get((kernel_gap.gap.variant(r), r["config"]["n_points"]))
+fair_shown = fair_runs or [r for r in fair_select if fair_chosen.get((core.variant(r), r["config"]["n_points"]))
                            == r["config"]["lr"]]  # until the deciding seeds exist: the selection seeds (decide nothing)
 if fair_shown:
     art.save_figure(kernel_gap.converged_plots.recipes_figure({
@@ -268,7 +268,7 @@ if at_convergence is not None:
     words.append(claims.render(at_convergence))
 words.append(f"The paper's collapse appeared at N = {paper.n_points}, {paper.n_blocks} blocks of width "
              f"{paper.d_model}, after ~3,500 of {paper.steps} steps (App. I); these runs stop at "
-             f"{kernel_gap.gap.span(design or own, 'n_points')} points and {kernel_gap.gap.span(design or own, 'steps')} steps.")
+             f"{core.span(design or own, 'n_points')} points and {core.span(design or own, 'steps')} steps.")
 display(Markdown("\n\n".join(words)))
 art.conclude(f"Decided on {sources['gap-design'].label if design else 'this report'}: the kernel gap growing with N is "
              f"{grows['verdict']} ({claims.statistic_text(grows)}); softmax's gap being numerical is "

@@ -40,7 +40,7 @@ from IPython.display import Markdown, display
 from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.names import KERNEL_ROWS, app_a_kernels
 from heavytail.science.kernels import get_kernel
-from heavytail.studies import claims, kernel_gap, phase, reference_maps
+from heavytail.studies import claims, core, phase, reference_maps
 from heavytail.studies.tables import show
 
 root = repo_root()
@@ -263,7 +263,7 @@ from heavytail.studies.run_summary import collect
 
 shown = collect(root / hill_runs_dir) if (root / hill_runs_dir).is_dir() else []
 n_top = max((r["config"]["n_points"] for r in shown), default=None)
-hill_runs = {f"{kernel_gap.gap.variant_name(kernel_gap.gap.variant(r))}, N = {n_top}": root / hill_runs_dir / r["name"]
+hill_runs = {f"{core.variant_name(core.variant(r))}, N = {n_top}": root / hill_runs_dir / r["name"]
              for r in shown if r["config"]["seed"] == 0 and r["config"]["n_points"] == n_top}
 if hill_runs:
     art.save_figure(phase.plots.hill_plot_figure(hill_runs), "hill_plots")

@@ -78,7 +78,7 @@ def test_the_import_graph_has_no_cycle():
 
 # The layers, bottom first: a module may import its own layer and any layer below, never one above.
 LAYERS = ("science", "harness", "studies", "pipeline")
-BOTTOM = {"heavytail.names", "heavytail.io", "heavytail.cli"}
+BOTTOM = {"heavytail.names", "heavytail.io", "heavytail.cli", "heavytail.layout"}  # layout: reads sources, imports none
 
 
 def _layer(module: str) -> int:

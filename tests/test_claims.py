@@ -266,7 +266,7 @@ def _old_clopper_pearson(k, n, a=1 - C.LEVEL):
 def _shipped_inputs():
     """Every per-seed sample the rules read on the shipped maps: slopes' log ratios by seed, the rules' samples
     (slopes, paired log ratios, paired differences) and the rate rule's counts."""
-    import heavytail.studies.kernel_gap.gap as G
+    import heavytail.studies.core as G
     import heavytail.studies.kernel_gap.claims as K
     import heavytail.studies.phase.diagram as P
     from heavytail.studies import reference_maps as R

@@ -568,7 +568,7 @@ def test_the_summary_states_the_precision_comparison_on_the_rung_that_has_it():
 def test_collapsed_steps_reads_only_the_logging_grid():
     """A skipped step lands in the trace where it happened, off the every-log_every grid: it is not a logged step
     (R1b's softmax seed 0 had its only collapsed row at skipped step 2,271)."""
-    from heavytail.studies.kernel_gap.gap import collapsed_steps
+    from heavytail.studies.core import collapsed_steps
 
     run = {"config": {"log_every": 25},
            "trace": {"step": [25, 50, 63, 75, 100], "collapsed_fraction": [0.0, 0.0, 1.0, 0.0, 1.0]}}

@@ -90,7 +90,7 @@ def test_a_new_kernel_trains_evaluates_and_has_a_colour(new_kernel, tmp_path):
     assert any(key.startswith(f"{new_kernel} cpu") for key in res["runtime"]["evaluation"]["attention"])
     # and the report's tables and figures that list runs by kernel take it: the kernel-gap table, the runs table
     import heavytail.studies.ablation.summary as summary
-    import heavytail.studies.kernel_gap.gap as kernel_gap
+    import heavytail.studies.core as kernel_gap
     from heavytail.studies import run_summary
     from heavytail.studies.grid_folder import finished_runs
     import heavytail.studies.kernel_gap.plots as kernel_gap_plots
@@ -199,7 +199,7 @@ def test_the_variants_are_defined_once_in_the_names_module():
     from pathlib import Path
 
     import heavytail.studies.collapse.ladder as collapse_ladder
-    import heavytail.studies.kernel_gap.gap as kernel_gap
+    import heavytail.studies.core as kernel_gap
 
     for v in ("SOFTMAX_SDPA", "SOFTMAX_EXACT", "LOG_ELU"):
         assert getattr(kernel_gap, v) is getattr(names, v) is getattr(collapse_ladder, v), v
@@ -228,7 +228,7 @@ def test_a_variant_is_the_kernel_and_for_softmax_the_path():
 def test_one_colour_per_variant_in_every_figure():
     """Exact softmax is one colour in notebook 07's figures and 09's, and no variant borrows another kernel's."""
     from heavytail.studies.collapse import ladder_plots
-    from heavytail.studies.kernel_gap import gap
+    from heavytail.studies import core as gap
 
     for v in (names.SOFTMAX_SDPA, names.SOFTMAX_EXACT, names.SOFTMAX_F32, names.LOG_ELU, names.SQUARED_ELU):
         assert gap.variant_color(v) == ladder_plots._color(v) == names.variant_color(v)

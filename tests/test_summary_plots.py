@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from heavytail.names import KERNEL_COLORS  # noqa: E402
-from heavytail.studies.ablation.summary_plots import training_curve  # noqa: E402
+from heavytail.studies.curves import training_curve  # noqa: E402
 
 
 def test_training_curve_draws_faint_raw_and_a_rolling_median_that_skips_bad_steps():

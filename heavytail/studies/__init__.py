@@ -4,7 +4,9 @@
 - the subpackages of the studies with several modules: ``ablation`` (04, 06), ``collapse`` (05, 09),
   ``kernel_gap`` (07), ``phase`` (08); a notebook imports the subpackage and names each module through it
   (``kernel_gap.plots.gap_figure``), so that two studies' ``claims`` never meet under one name;
-- shared by them: ``claims`` (the verdict states, the calibrated decision rules, the claim record),
+- shared by them (the core: studies import it and never each other): ``core`` (the run vocabulary: a run's
+  variant, label, colour, ratios, collapsed steps and extent, runs per (variant, N) and paired by seed), ``curves``
+  (training curves as Figure 13 draws them), ``claims`` (the verdict states, the calibrated decision rules, the claim record),
   ``run_summary`` (one finished run as a shipped map keeps it), ``grid_folder`` (the one reader of a grid's
   runs), ``reference_maps`` (the shipped maps), ``claim_groups`` (which map decides which claims), ``tables``,
   ``paper_numbers``.

@@ -361,7 +361,7 @@ _SCALE_HEAD = re.compile(r"training N (?:in|=) (\{[^}]*\}|[^,]+), (\S+) trials? 
 
 def scale_label(scale: str) -> str:
     """The deciding scale as a short label: the training N, trials per step and steps that lead every scale
-    text (:func:`heavytail.studies.kernel_gap.gap.map_extent`, the ablation's); any other text is kept whole."""
+    text (:func:`heavytail.studies.core.map_extent`, the ablation's); any other text is kept whole."""
     m = _SCALE_HEAD.match(scale or "")
     if not m:
         return scale or ""

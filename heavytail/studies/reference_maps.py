@@ -343,7 +343,7 @@ def ship(name: str, grid_dir: str | Path, *, command: str, allow_dirty: bool = F
          output: str | Path | None = None, force: bool = False, replace: bool = False) -> Path:
     """Write the finished runs of ``grid_dir`` as map ``name``; returns the file written. Refused (ValueError) for
     a folder of another grid and, unless ``force``, over a map with more finished runs (see the module docstring)."""
-    from heavytail.studies.kernel_gap.gap import path_mismatches
+    from heavytail.studies.core import path_mismatches
     from heavytail.studies.run_summary import collect
 
     grid_dir = Path(grid_dir)

@@ -1,6 +1,6 @@
 """Figures of the grid summary (Figures 2, 3, 8-11 and the Hill-error curve), from :mod:`heavytail.studies.ablation.summary`
 aggregates. Each function returns a matplotlib figure; missing configurations are drawn as 'not run'.
-:func:`training_curve` draws one training-loss trace onto a given axis, the same way in notebook 04 (one
+:func:`heavytail.studies.curves.training_curve` draws one training-loss trace onto a given axis, the same way in notebook 04 (one
 configuration) and notebook 05 (Figure 13).
 """
 
@@ -171,31 +171,6 @@ def hill_curve_figure(aggs: Sequence[Mapping[str, Any]], benchmark: str):
     fig.suptitle(f"{BENCHMARK_LABELS[benchmark]}: Hill error against the known tail index over thresholds", fontsize=11)
     fig.tight_layout()
     return fig
-
-
-def training_curve(ax, steps, loss, *, color: str, window: int, label: str | None = None,
-                   raw_label: str | None = None):
-    """One training-loss trace as Figure 13 draws it (App. I): the per-step loss faint, its centred rolling
-    median over ``window`` logged steps heavy (:func:`heavytail.science.collapse.rolling_median`), log y axis.
-
-    steps, loss: (T,). Losses that are not finite and positive (a skipped step, or a value a log axis cannot
-    show) are left out of both traces, so a skipped step leaves a gap rather than pulling the median.
-    ``color`` is the kernel's (:data:`heavytail.names.KERNEL_COLORS`); ``label`` names the heavy trace,
-    ``raw_label`` the faint one. Returns the rolling median, (T,) with NaN where the window held no loss.
-    """
-    from heavytail.science.collapse import rolling_median  # torch-backed module: loaded only when a curve is drawn
-
-    steps = np.asarray(steps)
-    loss = np.asarray(loss, dtype=float)
-    if steps.shape != loss.shape or loss.ndim != 1:
-        raise ValueError(f"steps and loss must be matching (T,) arrays, got {steps.shape} and {loss.shape}")
-    shown = np.where(np.isfinite(loss) & (loss > 0), loss, np.nan)
-    ok = np.isfinite(shown)
-    ax.plot(steps[ok], shown[ok], color=color, alpha=0.2, lw=0.7, label=raw_label)
-    median = rolling_median(shown, window)
-    ax.plot(steps, median, color=color, lw=2, label=label)
-    ax.set_yscale("log")
-    return median
 
 
 # The panels of notebook 05's onset diagnostics: (logged key, title, log scale). Block keys are averaged over

@@ -55,7 +55,7 @@ from heavytail.harness.cpu_bf16 import PATHS as BF16_PATHS
 from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_F32, SOFTMAX_SDPA, SQUARED_ELU
 from heavytail.studies import claims as C
 from heavytail.studies.collapse import tables56, tables56_rules
-from heavytail.studies.kernel_gap.gap import collapsed_steps, map_extent, paired_by_seed, variant  # noqa: F401  (variant: re-exported)
+from heavytail.studies.core import collapsed_steps, map_extent, paired_by_seed, variant  # noqa: F401  (variant: re-exported)
 from heavytail.studies.paper_numbers import PAPER_ONSET
 
 NOTEBOOK = "09_collapse_ladder"

@@ -12,7 +12,7 @@ import numpy as np
 
 from heavytail.names import variant_color
 import heavytail.studies.collapse.ladder as L
-from heavytail.studies.kernel_gap.gap import collapsed_steps
+from heavytail.studies.core import collapsed_steps
 
 # What the onset figure draws per block: (summary key, axis label, log scale)
 ONSET_PANELS = (

@@ -16,7 +16,7 @@ from heavytail.names import LOG_ELU
 from heavytail.studies import claims as C
 from heavytail.studies.collapse.ladder import (RUNGS, VARIANT_LABELS, bf16_path, ladder_cells, labelled, onsets,
                                                ordered_cells)
-from heavytail.studies.kernel_gap.gap import collapsed_steps
+from heavytail.studies.core import collapsed_steps
 from heavytail.studies.run_summary import diverged_count
 
 

@@ -45,7 +45,7 @@ import numpy as np
 from heavytail.studies import claims as C
 from heavytail.studies.collapse import tables56 as T
 from heavytail.studies.collapse import tables56_rules as R
-from heavytail.studies.kernel_gap.gap import collapsed_steps, map_extent, paired_by_seed
+from heavytail.studies.core import collapsed_steps, map_extent, paired_by_seed
 
 NOTEBOOK = "09_collapse_ladder"
 Run = Mapping[str, Any]

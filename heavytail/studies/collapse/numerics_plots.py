@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from heavytail.names import KERNEL_COLORS
-from heavytail.studies.ablation.summary_plots import training_curve
+from heavytail.studies.curves import training_curve
 from heavytail.studies.collapse.numerics import Curve
 
 CURVE_WINDOW = 15  # logged steps in Figure 13's rolling median

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 from heavytail.names import SLOWER_KERNELS, kernel_label
 from heavytail.studies import claims as C
 from heavytail.studies.collapse import tables56 as T
-from heavytail.studies.kernel_gap.gap import map_extent, paired_by_seed
+from heavytail.studies.core import map_extent, paired_by_seed
 
 NOTEBOOK = "10_tables56"
 Run = Mapping[str, Any]

@@ -25,7 +25,7 @@ from scipy import stats
 from heavytail.harness.config import RunConfig
 from heavytail.studies import claims as C
 from heavytail.studies.paper_numbers import paper_gap
-from heavytail.studies.kernel_gap.gap import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, Cell, cells, collapsed_fraction_at,
+from heavytail.studies.core import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, Cell, cells, collapsed_fraction_at,
                                           collapsed_steps,
                                           map_extent, paired_difference, paired_ratio, ratio_at, sizes,
                                           variant, variant_name, variants)

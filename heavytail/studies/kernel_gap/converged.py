@@ -42,7 +42,7 @@ from typing import Any, Mapping, Sequence
 
 from heavytail.studies import claims as C
 from heavytail.studies.paper_numbers import paper_gap
-from heavytail.studies.kernel_gap.gap import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, interval_at, map_extent,
+from heavytail.studies.core import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, interval_at, map_extent,
                                           paired_ratio, sizes, variant, variant_name)
 
 NOTEBOOK = "07_kernel_gap"

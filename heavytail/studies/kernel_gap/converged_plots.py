@@ -11,7 +11,7 @@ import numpy as np
 
 from heavytail.studies import claims as C
 import heavytail.studies.kernel_gap.converged as CG
-from heavytail.studies.kernel_gap.gap import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, paired_ratio, sizes, variant,
+from heavytail.studies.core import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, paired_ratio, sizes, variant,
                                           variant_color, variant_name)
 
 RECIPE_STYLES = (("-", "o"), ("--", "s"), (":", "^"))

@@ -44,7 +44,7 @@ from heavytail.science.collapse import diverged
 from heavytail.studies import claims as C
 from heavytail.studies.kernel_gap.converged import (excess_by_seed, load_selection, selection_parser,
                                                     write_decision_grid)
-from heavytail.studies.kernel_gap.gap import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, map_extent, paired_ratio,
+from heavytail.studies.core import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, map_extent, paired_ratio,
                                           sizes, variant, variant_name)
 from heavytail.studies.paper_numbers import paper_gap
 
@@ -110,7 +110,7 @@ def flattened(run: Mapping[str, Any]) -> bool | None:
 
 def at_best(run: Mapping[str, Any]) -> dict[str, Any]:
     """The run as its best validated weights scored (their ratios in place of the final weights'), so the shared
-    readers of :mod:`heavytail.studies.kernel_gap.gap` read them; the run unchanged when it kept none."""
+    readers of :mod:`heavytail.studies.core` read them; the run unchanged when it kept none."""
     best = run.get("best_weights") or {}
     if best.get("step") is None:
         return dict(run)

@@ -1,4 +1,4 @@
-"""Figures of the kernel-gap study (heavytail.studies.kernel_gap.gap): the gap against N, the numerics behind it, and
+"""Figures of the kernel-gap study (heavytail.studies.core): the gap against N, the numerics behind it, and
 the collapse precursors over training (App. I). Each function takes run summaries and returns a figure."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 import numpy as np
 
 from heavytail.names import KERNELS
-import heavytail.studies.kernel_gap.gap as G
+import heavytail.studies.core as G
 
 _JITTER = 0.035  # seeds side by side on the log-N axis
 

@@ -20,7 +20,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from heavytail.studies import claims as C
-from heavytail.studies.kernel_gap.gap import map_extent, variant, variant_name
+from heavytail.studies.core import map_extent, variant, variant_name
 
 
 def pairs(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, tuple[Mapping, Mapping]]]:

@@ -242,7 +242,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The pre-registered claim as a :class:`heavytail.studies.claims.Claim` record: :func:`confirm`'s primary
     verdict, the count of deciding cells decided in agreement with the primary rule, each cell's decision and
     each rule's standing as the evidence, and the seeds a cell still needs when it is undecided."""
-    from heavytail.studies.kernel_gap.gap import map_extent
+    from heavytail.studies.core import map_extent
 
     found = confirm(runs)
     mine = [r for r in runs if _cell(r) in deciding_cells() and r["config"]["seed"] in set(SEEDS)]

@@ -28,7 +28,7 @@ import numpy as np
 
 from heavytail.names import KERNEL_ROWS, TAIL_REGIMES
 from heavytail.studies import claims as C
-from heavytail.studies.kernel_gap.gap import map_extent, ratio_at
+from heavytail.studies.core import map_extent, ratio_at
 
 HEAVIER_AXIS = 1  # axis 1 of a regime carries the heavier tail (heavytail.names.TAIL_REGIMES)
 

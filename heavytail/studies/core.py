@@ -1,20 +1,14 @@
-"""The kernel gap as the training ensemble size N grows (Sec. 4.2, Sec. 5, App. A, App. I).
+"""The run vocabulary every study shares: a run's variant (kernel and attention path), its label and colour, the
+ratios it is read by, its collapsed steps, the extent of a set of runs, and runs grouped per (variant, N) and paired by
+seed. Studies (``ablation``, ``collapse``, ``kernel_gap``, ``phase``) import this core and never each other.
 
-App. A shows that softmax attention has no population limit on mirrored Pareto tokens: its normalizer
-E[exp(S)] diverges, and the largest scaled score |S| of eq. 1 grows with N like the largest of N
-heavy-tailed draws. The slower-growing kernels of Table 1 keep a finite limit. So whatever separates
-softmax from the other kernels should grow with N, and the paper's collapse appeared at N = 16384 only.
-A second effect grows with |S| too: softmax trained through a flash-style backward (SDPA) recomputes
-S and subtracts a stored log-sum-exp, which loses every digit once |S| ~ 1e8. The kernel-gap grid
-(``params/grid_gap_*.yaml``) separates the two by training softmax both through SDPA and through exact
-float32 (tiled) attention on the same data streams, next to the slower kernels, at several N and seeds.
-
-This module groups a grid's run summaries (:mod:`heavytail.studies.run_summary`) by the attention path that ran
+Why the kernel gap needs a variant, not only a kernel: App. A shows that softmax attention has no population limit
+on mirrored Pareto tokens, and softmax trained through a flash-style backward (SDPA) recomputes S and subtracts a
+stored log-sum-exp, which loses every digit once |S| ~ 1e8; so the studies tell softmax through SDPA from softmax
+through exact float32 (tiled) attention on the same data streams. Runs are grouped by the attention path that ran
 (:func:`variant`; a summary made before summaries kept the path, by the path its configuration asks for) and
-aggregates them per (variant, N) across seeds (:func:`cells`); the claims are decided in
-:mod:`heavytail.studies.kernel_gap.claims`, the shipped maps are read through
-:mod:`heavytail.studies.reference_maps`. Every ratio is eq. 36's median ratio to the sampling floor with eq.
-37's bootstrap interval, read either at the common evaluation N (``at="common"``) or, for runs scored there
+aggregated per (variant, N) across seeds (:func:`cells`). Every ratio is eq. 36's median ratio to the sampling floor
+with eq. 37's bootstrap interval, read either at the common evaluation N (``at="common"``) or, for runs scored there
 too, at the run's own training N (``at="train"``).
 """
 
