@@ -234,8 +234,6 @@ def evaluate(
     scored = _score(model, cfg, dev, quiet)
     trials, runtime, backends = scored["trials"], scored["runtime"], scored["backends"]
     d, spread = scored["d"], scored["spread"]
-    hill_out, hill_y1, curve_out, curve_y1, band_out, band_y1 = (
-        scored[k] for k in ("hill_out", "hill_y1", "curve_out", "curve_y1", "band_out", "band_y1"))
     d_all = torch.cat(d).numpy()
     d_hat = np.asarray(pool["d_hat"], dtype=np.float64)
     spread_all = torch.cat(spread)
@@ -275,40 +273,48 @@ def evaluate(
                              "evaluation": provenance_record()}
 
     if cfg.marginals == "mirrored_pareto":
-        h_out, h_y1 = torch.cat(hill_out), torch.cat(hill_y1)
-        h_y2, h_y3 = torch.tensor(pool["hill_y2"]), torch.tensor(pool["hill_y3"])
-        e = (h_out - h_y1).abs()  # eq. 39
-        e_hat = (h_y2 - h_y3).abs()  # eq. 40
-        tail_index = trials.marginal_params.double()
-        c_out, c_y1 = torch.cat(curve_out, dim=1), torch.cat(curve_y1, dim=1)
-        results["hill"] = {
-            "k": cfg.hill_k,
-            "axes": {
-                str(axis): {
-                    "E": _discrepancy(e[:, axis], e_hat[:, axis]),  # eq. 41
-                    "n_nonfinite_e": int((~torch.isfinite(e[:, axis])).sum()),
-                    "e": e[:, axis].tolist(),
-                    "e_hat": e_hat[:, axis].tolist(),
-                    "hill_output": h_out[:, axis].tolist(),
-                    "hill_target": h_y1[:, axis].tolist(),
-                    "tail_index": tail_index[:, axis].tolist(),
-                }
-                for axis in (0, 1)
-            },
-            # Future work (Section 5): errors against the known indices over thresholds.
-            "curve": {
-                "phi": list(HILL_CURVE_PHIS),
-                "output_abs_error": _median_abs_error(c_out, tail_index),
-                "target_abs_error": _median_abs_error(c_y1, tail_index),
-            },
-            # The same question over every threshold k in a stated range: the share of k where the Hill band
-            # a_hat (1 +- 1.96/sqrt k) excludes the known index, for the model's output and for an i.i.d.
-            # target ensemble of equal size (whose share is what a faithful tail scores: the band is pointwise).
-            "band_miss": _band_summary(torch.cat(band_out), torch.cat(band_y1), cfg.eval_n_points),
-        }
+        results["hill"] = _hill_results(cfg, scored, pool, trials)
     if save:
         save_json(results, RunDir(run_dir).results_path)
     return results
+
+
+def _hill_results(cfg: RunConfig, scored: dict[str, Any], pool: dict[str, Any], trials) -> dict[str, Any]:
+    """App. J.1's Hill diagnostic of a scored model against the floor pool's target pairs (eqs. 39-41), the Hill
+    error against the known tail indices over thresholds (Section 5's future work), and the band-miss shares."""
+    hill_out, hill_y1, curve_out, curve_y1, band_out, band_y1 = (
+        scored[k] for k in ("hill_out", "hill_y1", "curve_out", "curve_y1", "band_out", "band_y1"))
+    h_out, h_y1 = torch.cat(hill_out), torch.cat(hill_y1)
+    h_y2, h_y3 = torch.tensor(pool["hill_y2"]), torch.tensor(pool["hill_y3"])
+    e = (h_out - h_y1).abs()  # eq. 39
+    e_hat = (h_y2 - h_y3).abs()  # eq. 40
+    tail_index = trials.marginal_params.double()
+    c_out, c_y1 = torch.cat(curve_out, dim=1), torch.cat(curve_y1, dim=1)
+    return {
+        "k": cfg.hill_k,
+        "axes": {
+            str(axis): {
+                "E": _discrepancy(e[:, axis], e_hat[:, axis]),  # eq. 41
+                "n_nonfinite_e": int((~torch.isfinite(e[:, axis])).sum()),
+                "e": e[:, axis].tolist(),
+                "e_hat": e_hat[:, axis].tolist(),
+                "hill_output": h_out[:, axis].tolist(),
+                "hill_target": h_y1[:, axis].tolist(),
+                "tail_index": tail_index[:, axis].tolist(),
+            }
+            for axis in (0, 1)
+        },
+        # Future work (Section 5): errors against the known indices over thresholds.
+        "curve": {
+            "phi": list(HILL_CURVE_PHIS),
+            "output_abs_error": _median_abs_error(c_out, tail_index),
+            "target_abs_error": _median_abs_error(c_y1, tail_index),
+        },
+        # The same question over every threshold k in a stated range: the share of k where the Hill band
+        # a_hat (1 +- 1.96/sqrt k) excludes the known index, for the model's output and for an i.i.d.
+        # target ensemble of equal size (whose share is what a faithful tail scores: the band is pointwise).
+        "band_miss": _band_summary(torch.cat(band_out), torch.cat(band_y1), cfg.eval_n_points),
+    }
 
 
 def _ratios(d_all: np.ndarray, d_hat: np.ndarray, cfg: RunConfig) -> dict[str, dict[str, Any]]:
