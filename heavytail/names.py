@@ -100,8 +100,9 @@ def kernel_names() -> tuple[str, ...]:
 
 
 def kernel_label(name: str) -> str:
-    """The display label of a kernel (its name when it has none)."""
-    return KERNEL_LABELS.get(name, name)
+    """The display label of a kernel (its name when it has none), read from its row, so a row added later has one."""
+    row = KERNEL_ROWS.get(name)
+    return row.label if row is not None else name
 
 
 # --------------------------------------------------------------------------------------- backends
