@@ -39,3 +39,11 @@ def test_the_screen_table_states_each_seeds_ratio_and_the_verdict():
     text = V.screen_summary(runs)
     assert "learns with log-ELU in trials4" in text and "not in lr3e-4" in text and "warmup5000" in text
     V.screen_figure(runs)
+
+
+def test_a_setting_with_one_seed_screened_learns_only_so_far():
+    configs = [c.to_dict() for c in GridSpec.from_yaml("params/grid_mechanism_screen.yaml").configs]
+    runs = [_run(c, 0.15 if c["kernel"] == "softmax" else 0.1) for c in configs
+            if V.setting_of(c) == "trials4" and c["seed"] == 0]
+    assert V.screen_table(runs)["rows"][0]["softmax learns"] == "so far (1 of 2 seeds)"
+    assert "no setting is fully screened yet; softmax learns so far in trials4 (1 of 2 seeds)" in V.screen_summary(runs)
