@@ -62,11 +62,9 @@ def test_adding_a_study_is_a_grid_file_a_map_spec_and_a_claim_group(monkeypatch,
 
 def test_adding_a_notebook_is_a_file_and_a_params_section(tmp_path):
     from heavytail.pipeline import report
-    from tests.test_report import _tiny_notebook
+    from tests.test_report import tiny_notebooks
 
-    nbs = tmp_path / "notebooks"
-    nbs.mkdir()
-    (nbs / "11_recipe.py").write_text(_tiny_notebook("11_recipe", "print('the recipe ran with x =', x)"))
+    nbs = tiny_notebooks(tmp_path / "notebooks", {"11_recipe": "print('the recipe ran with x =', x)"})
     params = tmp_path / "params.yaml"
     params.write_text("report: recipe\nnotebooks:\n  11_recipe: {x: 3}\n")
     out = tmp_path / "out"

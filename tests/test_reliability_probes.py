@@ -441,13 +441,11 @@ def test_ctrl_c_during_train_is_one_line_and_the_run_resumes(tmp_path):
 
 
 def test_ctrl_c_during_a_report_marks_the_notebook_interrupted_never_running(tmp_path):
-    from tests.test_report import _tiny_notebook
+    from tests.test_report import tiny_notebooks
 
-    nbs, out = tmp_path / "nbs", tmp_path / "out"
-    nbs.mkdir()
-    (nbs / "01_first.py").write_text(_tiny_notebook("01_first", "print('fine')"))
-    (nbs / "02_slow.py").write_text(_tiny_notebook("02_slow", "import time\ntime.sleep(600)"))
-    (nbs / "03_after.py").write_text(_tiny_notebook("03_after", "print(x)"))
+    out = tmp_path / "out"
+    nbs = tiny_notebooks(tmp_path / "nbs", {"01_first": "print('fine')", "02_slow": "import time\ntime.sleep(600)",
+                                            "03_after": "print(x)"})
     params = tmp_path / "params.yaml"
     params.write_text("report: t\nnotebooks:\n  01_first: {}\n  02_slow: {}\n  03_after: {}\n")
     index = out / "index.json"

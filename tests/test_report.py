@@ -95,13 +95,17 @@ def test_notebook_findings_are_computed_not_pasted(smoke_report):
     assert "At the largest budget N = 256" in html  # the smoke budget, printed from the run
 
 
+def tiny_notebooks(folder: Path, bodies: dict[str, str]) -> Path:
+    """A notebooks folder holding one tiny notebook per name, each running its body after writing x.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, body in bodies.items():
+        (folder / f"{name}.py").write_text(_tiny_notebook(name, body))
+    return folder
+
+
 def test_failing_notebook_is_marked_and_the_others_still_run(tmp_path):
-    nbs = tmp_path / "nbs"
-    nbs.mkdir()
-    (nbs / "01_first.py").write_text(_tiny_notebook("01_first", "print('fine')"))
-    (nbs / "02_broken.py").write_text(_tiny_notebook("02_broken", "raise RuntimeError('deliberate failure')"))
-    (nbs / "03_after.py").write_text(_tiny_notebook("03_after", "print(x)"))
-    (nbs / "04_unlisted.py").write_text(_tiny_notebook("04_unlisted", "print(x)"))
+    nbs = tiny_notebooks(tmp_path / "nbs", {"01_first": "print('fine')", "03_after": "print(x)", "04_unlisted": "print(x)",
+                                            "02_broken": "raise RuntimeError('deliberate failure')"})
     params = tmp_path / "p.yaml"
     params.write_text("report: t\nnotebooks:\n  01_first: {x: 5}\n  02_broken: {}\n  03_after: {x: 7}\n")
     out = tmp_path / "out"
