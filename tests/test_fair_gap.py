@@ -208,3 +208,26 @@ def test_name_keys_must_be_configuration_keys(tmp_path):
     grid["name_keys"] = ["n_pointz"]
     with pytest.raises(ValueError, match="'name_keys' must be a list of configuration keys"):
         GridSpec.from_dict(grid)
+
+
+# ------------------------------------------------------------------------------------ the long budget
+def test_the_long_grid_is_the_registered_budget_at_stage_ones_rates():
+    """The long grid reruns the deciding seeds at LONG_BUDGET with the recipe's warm-up share and validation, each
+    variant at the rate stage 1 chose (read from the stage-2 grid select-lr-fair wrote), seeds the outer axis."""
+    configs = GridSpec.from_yaml(F.LONG_GRID).configs
+    chosen = {(c.kernel, c.attention_backend, c.n_points): c.lr for c in GridSpec.from_yaml(F.DECIDE_GRID).configs
+              if c.n_points in F.LONG_SIZES}
+    assert len(configs) == len(chosen) * len(F.DECIDE_SEEDS) and {c.seed for c in configs} == set(F.DECIDE_SEEDS)
+    for c in configs:
+        assert (c.steps, c.val_every, c.val_trials, c.keep_best, c.stop_tolerance) == (F.LONG_BUDGET, F.VAL_EVERY,
+                                                                                      F.VAL_TRIALS, True, 0.0)
+        assert c.warmup_steps == round(F.WARMUP_SHARE * F.LONG_BUDGET) and c.schedule_steps in (0, F.LONG_BUDGET)
+        assert c.lr == chosen[(c.kernel, c.attention_backend, c.n_points)]
+    assert [c.seed for c in configs[:len(chosen)]] == [F.DECIDE_SEEDS[0]] * len(chosen)
+
+
+def test_the_long_claims_are_named_apart_and_say_the_rates_were_not_reselected():
+    found = {f["id"]: f for f in F.long_findings(_deciding(math.log(1.6), np.random.default_rng(0), ns=(256,)))}
+    assert found["fair-long-gap-n256"]["verdict"] == C.REPRODUCED and "fair-gap-n256" not in found
+    assert f"{F.LONG_BUDGET:,}-step" in found["fair-long-gap-n256"]["claim"]
+    assert "not reselected" in found["fair-long-gap-n256"]["evidence"]

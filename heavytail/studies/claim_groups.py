@@ -64,6 +64,8 @@ GROUPS: tuple[ClaimGroup, ...] = (
     ClaimGroup("gap-converged", "gap-converged", converged_gap.findings),
     # the same at a fixed budget annealed to zero, the best validated weights and an equivalence margin (notebook 07)
     ClaimGroup("gap-fair", "gap-fair", fair_gap.findings),
+    # the same deciding seeds at 4x the budget, printed on request until it has more than one N
+    ClaimGroup("gap-fair-long", "gap-fair-long", fair_gap.long_findings, headline=False),
     ClaimGroup("gap-long", "gap-long", kernel_gap_claims.long_findings),
     # the trained claims, and the static test read from the shipped static reference
     ClaimGroup("phase", "phase", lambda runs: phase_diagram.findings(runs, _static_rows())),

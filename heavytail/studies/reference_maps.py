@@ -84,6 +84,10 @@ MAPS = {
     "gap-fair": MapSpec("kernel_gap_fair.json", "params/grid_gap_fair.yaml", "fair converged-gap map",
                         "every variant at its chosen lr, a fixed 3,000-step budget annealed to zero, best and final "
                         "weights, seeds 3-12", _CONVERGED_TRACE),
+    # the deciding seeds again at 4x the budget, stage 1's rates (fair.LONG_BUDGET, registered before its runs)
+    "gap-fair-long": MapSpec("kernel_gap_fair_long.json", "params/grid_gap_fair_long.yaml", "fair-gap map, long budget",
+                             "every variant at the rate chosen at 3,000 steps, a fixed 12,000-step budget annealed to "
+                             "zero, best and final weights, seeds 3-12", _CONVERGED_TRACE),
     "ladder": MapSpec("collapse_ladder.json", "params/grid_collapse_ladder.yaml", "collapse ladder",
                       "softmax and log-ELU from the CPU recipe to Table 3's model and precision, 6,000 steps",
                       trial_collapse=True, blocks=1),
