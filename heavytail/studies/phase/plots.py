@@ -41,14 +41,24 @@ def static_figure(rows: Sequence[Mapping[str, Any]], ns: Sequence[int], norms: M
     for r in rows:
         ax.errorbar([r["predicted"]], [r["measured"]], yerr=[[r["measured"] - r["low"]], [r["high"] - r["measured"]]],
                     fmt="o" if r["holds"] else "x", color=KERNEL_COLORS[r["kernel"]], ms=5, capsize=2)
-    top = max(max(r["high"] for r in rows), max(r["predicted"] for r in rows)) + 0.05
-    ax.plot([0, top], [0, top], "k:", lw=0.8)
-    ax.set_xlabel("predicted exponent (App. A, order statistics)")
-    ax.set_ylabel("measured exponent, 95 % interval")
-    ax.set_title("(b) o: interval holds the prediction, x: it does not", fontsize=9)
-    ax.grid(alpha=0.3)
+    _identity_panel(ax, max(max(r["high"] for r in rows), max(r["predicted"] for r in rows)),
+                    "predicted exponent (App. A, order statistics)", "measured exponent, 95 % interval",
+                    "(b) o: interval holds the prediction, x: it does not")
     fig.tight_layout()
     return fig
+
+
+def _identity_panel(ax, top: float, xlabel: str, ylabel: str, title: str, margin: float | None = None) -> None:
+    """Finish a measured-against-predicted panel: the identity line up to ``top`` (+0.05), the +-``margin`` band
+    around it when given, labels, title and grid."""
+    top += 0.05
+    ax.plot([0, top], [0, top], "k:", lw=0.8)
+    if margin is not None:
+        ax.fill_between([0, top], [-margin, top - margin], [margin, top + margin], color="0.9", zorder=-1)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
 
 
 def phase_figure(rows: Sequence[Mapping[str, Any]], what: str = "ratio to the floor"):
@@ -176,13 +186,8 @@ def reference_figure(rows: Sequence[Mapping[str, Any]], margin: float = P.STATIC
     ax.set_title("(a) each cell against App. A's prediction", fontsize=9)
     ax.legend(fontsize=6, ncol=2)
     ax.grid(alpha=0.3)
-    top = max(max(r["joint_high"] for r in rows), max(r["predicted"] for r in rows)) + 0.05
-    bx.plot([0, top], [0, top], "k:", lw=0.8)
-    bx.fill_between([0, top], [-margin, top - margin], [margin, top + margin], color="0.9", zorder=-1)
-    bx.set_xlabel("predicted exponent")
-    bx.set_ylabel("measured exponent")
-    bx.set_title("(b) measured against predicted", fontsize=9)
-    bx.grid(alpha=0.3)
+    _identity_panel(bx, max(max(r["joint_high"] for r in rows), max(r["predicted"] for r in rows)),
+                    "predicted exponent", "measured exponent", "(b) measured against predicted", margin)
     fig.tight_layout()
     return fig
 
@@ -207,15 +212,11 @@ def fixed_weight_figure(results: Sequence[Mapping[str, Any]]):
                             fmt=marker, color=color, mfc="white" if h["block"] else color, ms=5, capsize=2)
             bx.plot([x - 0.05, x + 0.15], [at["a"]] * 2, "k--", lw=0.8)
         labels.append(f"{r['kernel']}\n{r['tail_regime']}")
-    top = max(max(at["high"] for r in results for at in r["at"]), max(at["predicted"] for r in results
-                                                                      for at in r["at"])) + 0.05
-    ax.plot([0, top], [0, top], "k:", lw=0.8)
-    ax.fill_between([0, top], [-P.STATIC_MARGIN, top - P.STATIC_MARGIN], [P.STATIC_MARGIN, top + P.STATIC_MARGIN],
-                    color="0.92", zorder=-1)
-    ax.set_xlabel("App. A's predicted exponent at the ensemble's heavier-axis a")
-    ax.set_ylabel("block 0's measured exponent at trained weights")
-    ax.set_title("(a) o: the regime's smallest a, s: its largest; colour: kernel", fontsize=9)
-    ax.grid(alpha=0.3)
+    _identity_panel(ax, max(max(at["high"] for r in results for at in r["at"]),
+                            max(at["predicted"] for r in results for at in r["at"])),
+                    "App. A's predicted exponent at the ensemble's heavier-axis a",
+                    "block 0's measured exponent at trained weights",
+                    "(a) o: the regime's smallest a, s: its largest; colour: kernel", P.STATIC_MARGIN)
     bx.set_yscale("log")
     bx.set_xticks(range(len(results)), labels, fontsize=7)
     bx.set_ylabel("Hill estimate of |token| (eq. 38, k = 0.1 N)")
