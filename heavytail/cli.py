@@ -114,6 +114,14 @@ def read_yaml(path: str | os.PathLike) -> Any:
         raise ValueError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
 
 
+def read_yaml_file(path: str | os.PathLike, what: str) -> Any:
+    """:func:`read_yaml` of a file the user named as ``what`` (``"grid file"``): FileNotFoundError naming it when
+    it does not exist, and an empty document read as ``{}``."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    return read_yaml(path) or {}
+
+
 def bad_input(command: str, err: BaseException) -> int:
     """Print ``err`` as the command's one-line error and return the exit code for bad input (2)."""
     message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

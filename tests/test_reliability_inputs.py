@@ -270,3 +270,11 @@ def test_a_damaged_grid_record_is_one_line_for_the_grid_and_the_shipper(tmp_path
         assert len(lines) == 1 and "grid.json" in lines[0] and "delete it" in lines[0], lines
     with pytest.raises(ValueError, match="not a .*grid record"):
         grid_status(folder)
+
+
+@pytest.mark.parametrize("args, what", [(["grid", "no_such_grid.yaml", "--list"], "grid file no_such_grid.yaml"),
+                                        (["report", "no_such_params.yaml"], "params file no_such_params.yaml")])
+def test_a_missing_grid_or_params_file_is_one_line_naming_it(args, what):
+    run = _run(args)
+    lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
+    assert run.returncode == 2 and len(lines) == 1 and what in lines[0] and "does not exist" in lines[0]

@@ -218,10 +218,7 @@ class GridSpec:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "GridSpec":
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"grid file {path} does not exist")
-        return cls.from_dict(cli.read_yaml(path) or {}, source=path)
+        return cls.from_dict(cli.read_yaml_file(path, "grid file"), source=Path(path))
 
     @classmethod
     def load(cls, grid: "str | os.PathLike | Mapping[str, Any] | GridSpec") -> "GridSpec":

@@ -125,10 +125,7 @@ class ReportParams:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "ReportParams":
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"params file {path} does not exist")
-        return cls.from_dict(cli.read_yaml(path) or {}, source=path)
+        return cls.from_dict(cli.read_yaml_file(path, "params file"), source=Path(path))
 
 
 def _grid_files(data: Mapping[str, Any], where: str) -> dict[str, str]:
