@@ -25,8 +25,9 @@ import torch
 from bench_ladder_logging import RUNG_CELLS, ladder_configs
 from bench_train_cpu import _Stepper
 from heavytail.harness import cpu_bf16
-from heavytail.harness.train import (build_benchmark, build_model, build_optimizer, draw_batch, float32_matmuls,
-                                     subnormals, training_step)
+from heavytail.harness.build import build_benchmark, build_model, build_optimizer
+from heavytail.harness.train import draw_batch, training_step
+from heavytail.harness.precision import float32_matmuls, subnormals
 from heavytail.science.metrics import energy_distance
 
 NUDGE = 2.0**-22

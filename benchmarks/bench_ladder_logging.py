@@ -29,7 +29,8 @@ import torch
 
 from bench_train_cpu import _Stepper
 from heavytail.harness import cpu_bf16
-from heavytail.harness.train import draw_batch, float32_matmuls, subnormals, training_step
+from heavytail.harness.train import draw_batch, training_step
+from heavytail.harness.precision import float32_matmuls, subnormals
 from heavytail.pipeline.grid_file import GridSpec
 from heavytail.science.attention import attention_weights, max_abs_score
 from heavytail.science.metrics import energy_distance

@@ -31,7 +31,8 @@ import yaml
 
 from heavytail import names
 from heavytail.harness.config import RunConfig
-from heavytail.harness.train import build_benchmark, build_model, build_optimizer, draw_batch, parse_overrides, training_step
+from heavytail.harness.build import build_benchmark, build_model, build_optimizer
+from heavytail.harness.train import draw_batch, parse_overrides, training_step
 from heavytail.science.attention import kernel_attention
 from heavytail.science.metrics import energy_distance
 

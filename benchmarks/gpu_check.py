@@ -239,7 +239,9 @@ def check_step(sizes: Sizes, device: torch.device, budget: Budget, kernels=KERNE
                on_row=lambda: None) -> list[dict]:
     """Rows go into ``rows`` as they finish and ``on_row()`` runs after each, so a killed check keeps them."""
     from heavytail.science.metrics import energy_distance
-    from heavytail.harness.train import build_benchmark, build_model, build_optimizer, draw_batch, float32_matmuls, training_step
+    from heavytail.harness.build import build_benchmark, build_model, build_optimizer
+    from heavytail.harness.train import draw_batch, training_step
+    from heavytail.harness.precision import float32_matmuls
 
     rows = [] if rows is None else rows
     for precision, tf32 in PRECISIONS:
@@ -319,7 +321,9 @@ def check_probe(sizes: Sizes, device: torch.device, budget: Budget, rows: list |
     from heavytail.science.collapse import collapsed, spread_ratio
     from heavytail.science.metrics import energy_distance
     from heavytail.science.model import MeasureTransformer, ModelConfig
-    from heavytail.harness.train import build_benchmark, build_optimizer, draw_batch, float32_matmuls, training_step
+    from heavytail.harness.build import build_benchmark, build_optimizer
+    from heavytail.harness.train import draw_batch, training_step
+    from heavytail.harness.precision import float32_matmuls
 
     rows = [] if rows is None else rows
     share = budget.seconds / len(PROBE_VARIANTS)

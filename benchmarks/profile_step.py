@@ -225,7 +225,8 @@ def profile_pass(args) -> dict:
     import heavytail.science.model as model_module
     from bench_train_cpu import base_config
     from heavytail import names
-    from heavytail.harness.train import build_benchmark, build_model, build_optimizer, draw_batch, training_step
+    from heavytail.harness.build import build_benchmark, build_model, build_optimizer
+    from heavytail.harness.train import draw_batch, training_step
     from heavytail.science.metrics import energy_distance
 
     threads = _bench.set_threads(args.child)

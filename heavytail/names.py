@@ -151,7 +151,7 @@ def backend_refusal(backend: str, kernel: str) -> str | None:
 
 def label_backends(label: str) -> tuple[str, ...]:
     """The backends a recorded attention label names, in order, each once. A run records the paths that computed
-    its attention as ``+``-joined labels (:func:`heavytail.harness.train.backend_label`), each a backend or a
+    its attention as ``+``-joined labels (:func:`heavytail.harness.precision.backend_label`), each a backend or a
     backend with its options after a colon (``"flash:native"``, ``"flex:blocks64"``: the candidates of
     :func:`heavytail.science.attention.auto_candidates`): ``"flex+flash:eager"`` -> ``("flex", "flash")``.
     ValueError for a part that names no backend, or ``"auto"`` (a record names what ran, never the choice)."""

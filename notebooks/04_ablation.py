@@ -53,7 +53,8 @@ from heavytail.harness.rundir import RunDir
 from heavytail.harness.experiment import default_run_dir, run_configuration
 from heavytail.names import KERNEL_COLORS
 from heavytail.studies.curves import training_curve
-from heavytail.harness.train import build_benchmark, load_model, resolve_device
+from heavytail.harness.build import build_benchmark, resolve_device
+from heavytail.harness.checkpoints import load_model
 
 os.chdir(repo_root())  # papermill runs in the caller's folder; paths below are from the repository root
 if config is None:  # interactive use: a quick CPU run (minutes)

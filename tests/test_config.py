@@ -118,7 +118,7 @@ def test_a_kernel_name_is_checked_once_on_its_way_to_the_attention_call(monkeypa
     import torch
 
     from heavytail import names
-    from heavytail.harness.train import build_model
+    from heavytail.harness.build import build_model
     from heavytail.science import model as model_module
     from heavytail.science.kernels import Kernel
 

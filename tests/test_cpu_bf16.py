@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from heavytail.__main__ import main
 from heavytail.harness import cpu_bf16
 from heavytail.harness.config import RunConfig
-from heavytail.harness.train import build_model, build_optimizer, training_step
+from heavytail.harness.build import build_model, build_optimizer
+from heavytail.harness.train import training_step
 from heavytail.io import is_complete, load_json
 from heavytail.pipeline import grid as G
 from heavytail.science.metrics import energy_distance

@@ -12,7 +12,8 @@ import heavytail.harness.evaluate as evaluate_mod
 from heavytail.science.collapse import collapsed, spread_ratio
 from heavytail.harness.evaluate import evaluate, load_results
 from heavytail.io import load_json, save_json
-from heavytail.harness.train import load_model, train
+from heavytail.harness.checkpoints import load_model
+from heavytail.harness.train import train
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +218,7 @@ def test_per_trial_records_hold_each_trials_distance_floor_and_tail_indices_at_b
 def test_a_trials_floor_is_a_second_target_ensemble_of_that_trial_against_its_target(tiny_run):
     """The stream scheme spelled out with its constants, so that a change to any stream fails here: trial i's
     target Y1_i comes from the candidate stream (1_000_003), its floor's ensemble from its own (3_000_003)."""
-    from heavytail.harness.train import build_benchmark
+    from heavytail.harness.build import build_benchmark
     from heavytail.science.metrics import energy_distance
 
     _, cfg = load_model(tiny_run)
@@ -237,7 +238,7 @@ def test_the_per_trial_floors_leave_every_earlier_number_as_it_was(tiny_run, mon
     """Everything evaluation reported before per-trial floors existed is bit-identical: (1) it does not depend on
     the floors' stream at all, and (2) the model's distances and the floor pool are still the draws of the
     candidate (1_000_003) and pool (2_000_003) streams, recomputed here from those constants."""
-    from heavytail.harness.train import build_benchmark
+    from heavytail.harness.build import build_benchmark
     from heavytail.science.metrics import energy_distance
 
     model, cfg = load_model(tiny_run)

@@ -57,7 +57,7 @@ def test_bad_stopping_and_logging_settings_are_refused_by_name(values, message):
 
 
 def test_the_schedule_spans_its_horizon():
-    from heavytail.harness.train import build_model, build_optimizer
+    from heavytail.harness.build import build_model, build_optimizer
 
     cfg = RunConfig(d_model=8, n_blocks=1, d_ff=8, steps=100, warmup_steps=10, schedule_steps=1000, lr=1e-3)
     optimizer, schedule = build_optimizer(cfg, build_model(cfg))

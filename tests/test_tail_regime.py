@@ -9,7 +9,7 @@ import torch
 from heavytail import names
 from heavytail.harness.config import RunConfig
 from heavytail.harness.evaluate import floor_key, sampling_floor_pool
-from heavytail.harness.train import build_benchmark
+from heavytail.harness.build import build_benchmark
 from heavytail.science.operators import ETA_RANGES, Benchmark, eta_ranges
 
 SMALL_EVAL = dict(eval_trials=4, eval_n_points=32, eval_batch_trials=4, bootstrap_resamples=20)

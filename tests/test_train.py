@@ -16,7 +16,8 @@ import torch
 import heavytail.science.metrics
 from heavytail.harness.config import RunConfig
 from heavytail.io import read_jsonl
-from heavytail.harness.train import COMPLETE, is_complete, train, training_log
+from heavytail.io import COMPLETE, is_complete
+from heavytail.harness.train import train, training_log
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,7 +148,7 @@ def test_a_run_records_its_attention_backend_and_matmul_precision(tmp_path):
 
 
 def test_tf32_is_set_for_cuda_runs_and_restored():
-    from heavytail.harness.train import float32_matmuls
+    from heavytail.harness.precision import float32_matmuls
 
     flags = torch.backends.cuda.matmul, torch.backends.cudnn
     before = tuple(f.allow_tf32 for f in flags)

@@ -8,7 +8,8 @@ import torch
 
 from heavytail.harness.config import RunConfig
 from heavytail.harness.rundir import RunDir
-from heavytail.harness.train import collapse_after_healthy_stretch, subnormals, subnormals_flushed, train
+from heavytail.harness.train import collapse_after_healthy_stretch, train
+from heavytail.harness.precision import subnormals, subnormals_flushed
 
 TINY = dict(d_model=8, n_blocks=1, d_ff=8, n_points=64, trials_per_step=1, steps=40, warmup_steps=4,
             eval_trials=4, eval_n_points=64, bootstrap_resamples=20, device="cpu", checkpoint_every=10, log_every=5,

@@ -36,10 +36,11 @@ from heavytail.science.collapse import collapsed, diverged, run_label, spread_ra
 from heavytail import cli
 from heavytail.names import hill_k
 from heavytail.harness.config import DEVICES, RunConfig
-from heavytail.io import load_json, save_json
+from heavytail.io import is_complete, load_json, save_json
+from heavytail.harness.build import build_benchmark
+from heavytail.harness.checkpoints import load_model
+from heavytail.harness.precision import backend_label, float32_matmuls, precision_record, subnormals
 from heavytail.harness.rundir import RunDir
-from heavytail.harness.train import (backend_label, build_benchmark, float32_matmuls, is_complete, load_model,
-                                    precision_record, subnormals)
 
 # Thresholds (tail fractions phi) of the Hill-error curve; the paper's single choice phi = 0.1 is among them.
 HILL_CURVE_PHIS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
@@ -417,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         unfinished = [d for d in args.run_dirs if not is_complete(d)]
         if unfinished:
             raise ValueError(f"not completed runs (no COMPLETE marker; train them first): {', '.join(unfinished)}")
-        from heavytail.harness.train import resolve_device
+        from heavytail.harness.build import resolve_device
 
         device = resolve_device(RunConfig(device=args.device))
         for run_dir in args.run_dirs:  # a damaged model.pt is one line naming it, before any run is evaluated

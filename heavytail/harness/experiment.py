@@ -44,7 +44,8 @@ def run_configuration(config: "RunConfig | Mapping[str, Any]", run_dir: "str | o
     ``device``: where to evaluate (default: the configuration's device, 'auto' resolved).
     """
     from heavytail.harness.evaluate import evaluate  # torch loads only when there is work to do
-    from heavytail.harness.train import resolve_device, train
+    from heavytail.harness.build import resolve_device
+    from heavytail.harness.train import train
 
     cfg = config if isinstance(config, RunConfig) else RunConfig.from_dict(config)
     run = RunDir(run_dir)

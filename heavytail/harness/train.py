@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import dataclasses
 import math
-import pickle
 import random
 import sys
 import time
-import zipfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -38,11 +35,13 @@ from heavytail import cli
 from heavytail.science.collapse import batch_collapsed, collapsed, spread_ratio
 from heavytail.harness import cpu_bf16
 from heavytail.harness.config import RunConfig
-from heavytail.io import COMPLETE, atomic_torch_save, atomic_write_text, dumps_json, is_complete, read_jsonl, save_json
-from heavytail.harness.rundir import RunDir, config_differences
+from heavytail.io import atomic_torch_save, atomic_write_text, dumps_json, is_complete, read_jsonl, save_json
+from heavytail.harness.build import build_benchmark, build_model, build_optimizer, resolve_device
+from heavytail.harness.checkpoints import UNREADABLE, check_config, checkpoints, save_checkpoint, set_rng_state
+from heavytail.harness.precision import autocast, backend_label, float32_matmuls, precision_record, subnormals
+from heavytail.harness.rundir import RunDir
 from heavytail.harness.stopping import CAP, CONVERGED, converged
 
-KEEP_CHECKPOINTS = 2
 # The validation set's own stream (heavytail.harness.stopping): never the training draws, never evaluation's.
 _VALIDATION_STREAM = 3_000_017
 # A collapse after a healthy stretch opens a window of per-step logging; at most this many per run, so a run
@@ -56,199 +55,6 @@ def collapse_after_healthy_stretch(recent: Sequence[Mapping[str, Any]], row: Map
     steps, before any healthy stretch, or one in a run collapsing on and off, is not an onset."""
     return (batch_collapsed(row) and len(recent) >= stretch
             and not any(batch_collapsed(r) for r in list(recent)[-stretch:]))
-
-
-# ------------------------------------------------------------------------------------- building
-def resolve_device(cfg: RunConfig) -> torch.device:
-    if cfg.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' was requested but torch sees no CUDA device; use device='cpu' or 'auto'")
-    return torch.device(cfg.device)
-
-
-def build_benchmark(cfg: RunConfig):
-    from heavytail.science.operators import Benchmark
-
-    return Benchmark(cfg.benchmark, cfg.marginals, tail_regime=cfg.tail_regime)
-
-
-def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> torch.nn.Module:
-    from heavytail.science.model import MeasureTransformer, ModelConfig
-
-    return MeasureTransformer(ModelConfig(**cfg.model_kwargs())).to(device)
-
-
-def build_optimizer(cfg: RunConfig, model: torch.nn.Module):
-    """AdamW with a linear warmup into a cosine decay to zero at ``cfg.horizon``, from torch's own schedulers
-    (Table 3)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    decay = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, cfg.horizon - cfg.warmup_steps))
-    if cfg.warmup_steps == 0:
-        return optimizer, decay
-    warmup = torch.optim.lr_scheduler.LinearLR(
-        optimizer, start_factor=1.0 / (cfg.warmup_steps + 1), end_factor=1.0, total_iters=cfg.warmup_steps
-    )
-    schedule = torch.optim.lr_scheduler.SequentialLR(optimizer, [warmup, decay], milestones=[cfg.warmup_steps])
-    return optimizer, schedule
-
-
-def autocast(cfg: RunConfig, device: torch.device):
-    if cfg.precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def float32_matmuls(cfg: RunConfig, device: torch.device):
-    """TF32 for CUDA float32 matmuls and cuDNN convolutions as ``cfg.tf32`` says, restored on exit.
-
-    PyTorch's own defaults disagree (matmuls off, cuDNN on), so both are set explicitly. CPU runs are
-    left alone: the flags are CUDA's, and touching them changes ``torch.get_float32_matmul_precision``.
-    """
-    if device.type != "cuda":
-        yield
-        return
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
-@contextlib.contextmanager
-def subnormals(cfg: RunConfig):
-    """Subnormal floats flushed to zero inside the block when ``cfg.flush_subnormals`` (restored on exit).
-
-    x86 computes with subnormal operands in microcode, up to ~20x slower per instruction; softmax weights
-    e^(s - max) of heavy-tailed rows fall into that range in float32."""
-    if not cfg.flush_subnormals:
-        yield
-        return
-    torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        torch.set_flush_denormal(False)
-
-
-def subnormals_flushed() -> bool:
-    """Whether torch's arithmetic flushes subnormals now (a subnormal read back as 0)."""
-    return bool(torch.tensor(1e-40, dtype=torch.float32).item() == 0.0)
-
-
-def precision_record(device: torch.device, autocast_dtype: torch.dtype | None) -> dict[str, Any]:
-    """What the matmuls of a run really used, read from torch at the time of the call (inside
-    :func:`float32_matmuls`): the device, the autocast dtype and the TF32 switches."""
-    return {
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "autocast_dtype": None if autocast_dtype is None else str(autocast_dtype).removeprefix("torch."),
-        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
-        "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "subnormals_flushed": subnormals_flushed(),
-        # bf16 matmuls on a CPU without native support are emulated in float32 (heavytail.harness.cpu_bf16)
-        "cpu_native_bf16": cpu_bf16.native() if device.type == "cpu" else None,
-        "bf16_matmuls": cpu_bf16.path("bf16" if autocast_dtype == torch.bfloat16 else "float32", device),
-    }
-
-
-def backend_label(record: dict[str, dict[str, str]], phase: str = "train") -> str:
-    """The attention backends a :func:`heavytail.science.attention.recording_backends` record saw in one phase
-    (``"train"`` or ``"eval"``), ``+``-joined (``"sdpa"``, ``"flex"``, ``"flex+flash"``); ``""`` if none."""
-    labels = [entry["backend"] for key, entry in record.items() if key.endswith(" " + phase)]
-    return "+".join(dict.fromkeys(b for label in labels for b in label.split("+")))
-
-
-# ---------------------------------------------------------------------------------- checkpoints
-def _checkpoints(run_dir: Path) -> list[Path]:
-    return RunDir(run_dir).checkpoints()
-
-
-def _rng_state(data_gen: torch.Generator) -> dict[str, Any]:
-    state = {
-        "data": data_gen.get_state(),
-        "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any], data_gen: torch.Generator) -> None:
-    data_gen.set_state(state["data"])
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, data_gen, counters) -> None:
-    path = RunDir(run_dir).checkpoint_path(step)
-    atomic_torch_save(
-        {
-            "step": step,
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "rng": _rng_state(data_gen),
-            "counters": dict(counters),
-        },
-        path,
-    )
-    for old in _checkpoints(run_dir)[:-KEEP_CHECKPOINTS]:
-        old.unlink(missing_ok=True)
-
-
-# What torch.load and load_state_dict raise for a file that is truncated, overwritten or not a checkpoint of this run.
-# A file cut short raises OSError (EINVAL) from torch.load at most cut points.
-_UNREADABLE = (RuntimeError, EOFError, KeyError, ValueError, TypeError, AttributeError, pickle.UnpicklingError,
-               zipfile.BadZipFile, OSError)
-
-
-def _check_config(run_dir: Path, cfg: RunConfig) -> None:
-    """A run folder belongs to one configuration: resuming under another would mix two runs."""
-    saved_path = RunDir(run_dir).config_path
-    if not saved_path.exists():
-        atomic_write_text(saved_path, cfg.to_yaml())
-        return
-    diff = config_differences(RunConfig.from_yaml(saved_path), cfg)
-    if diff:
-        listing = ", ".join(f"{k}: saved {a!r}, given {b!r}" for k, (a, b) in diff.items())
-        raise ValueError(f"{run_dir} holds a run of a different configuration ({listing}); use another folder")
-
-
-def load_model(run_dir: str | Path, device: str | torch.device = "cpu", *, best: bool = False
-               ) -> tuple[torch.nn.Module, RunConfig]:
-    """The final model of a completed run (with ``best``: the weights of its best validation score, kept by
-    ``keep_best``), in evaluation mode."""
-    run_dir = Path(run_dir)
-    if not is_complete(run_dir):
-        raise FileNotFoundError(f"{run_dir} is not a completed run (no {COMPLETE} marker); train it first")
-    cfg = RunDir(run_dir).config()
-    if cfg is None:
-        raise ValueError(f"{run_dir} has no {RunDir(run_dir).config_path.name}: not a run folder of this package "
-                         "(python -m heavytail train writes one)")
-    why = RunDir(run_dir).binding_refusal()
-    if why is not None:
-        raise ValueError(f"{run_dir}: {why}")
-    model = build_model(cfg, device)
-    path = RunDir(run_dir).best_model_path if best else RunDir(run_dir).model_path
-    try:
-        model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
-    except torch.OutOfMemoryError:
-        raise
-    except _UNREADABLE as exc:  # a damaged file or another model's weights: one line naming it
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise ValueError(f"{path} is not a readable model of this run ({type(exc).__name__}: {reason}); delete it and "
-                         f"{RunDir(run_dir).complete_path.name} to retrain from the last checkpoint") from None
-    return model.eval(), cfg
 
 
 # ----------------------------------------------------------------------------------- training
@@ -346,7 +152,7 @@ class _State:
     step: int = 0
 
     def checkpoint(self, run_dir: Path) -> None:
-        _save_checkpoint(run_dir, self.step, self.model, self.optimizer, self.scheduler, self.data_gen, self.counters)
+        save_checkpoint(run_dir, self.step, self.model, self.optimizer, self.scheduler, self.data_gen, self.counters)
 
 
 def resume(cfg: RunConfig, run_dir: Path, device: torch.device) -> _State:
@@ -354,20 +160,20 @@ def resume(cfg: RunConfig, run_dir: Path, device: torch.device) -> _State:
     fault, a copy cut short) is moved aside as <name>.corrupt, named on stderr, and the one before it is used. Lines
     logged after the checkpoint belong to steps that will be redone: they are dropped from the log."""
     state = _State(*_fresh_state(cfg, device))
-    for path in reversed(_checkpoints(run_dir)):
+    for path in reversed(checkpoints(run_dir)):
         try:
             # On the CPU: RNG states must stay CPU tensors; load_state_dict moves weights and optimizer state.
             saved = torch.load(path, map_location="cpu", weights_only=False)
             state.model.load_state_dict(saved["model"])
             state.optimizer.load_state_dict(saved["optimizer"])
             state.scheduler.load_state_dict(saved["scheduler"])
-            _set_rng_state(saved["rng"], state.data_gen)
+            set_rng_state(saved["rng"], state.data_gen)
             state.counters.update(saved["counters"])
             state.step = saved["step"]
             break
         except torch.OutOfMemoryError:
             raise  # the machine's fault, not the file's
-        except _UNREADABLE as exc:  # a damaged zip, pickle or state: the file is unusable
+        except UNREADABLE as exc:  # a damaged zip, pickle or state: the file is unusable
             aside = path.with_name(path.name + ".corrupt")
             path.replace(aside)
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
@@ -526,7 +332,7 @@ def train(
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    _check_config(run_dir, cfg)
+    check_config(run_dir, cfg)
     if is_complete(run_dir):
         return run_dir
     device = resolve_device(cfg)
@@ -607,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
 
             memory.check(cfg)
         if RunDir(args.output).config_path.is_file():
-            _check_config(Path(args.output), cfg)  # a folder of another run: refused before any work
+            check_config(Path(args.output), cfg)  # a folder of another run: refused before any work
     except (*cli.BAD_INPUT, RuntimeError) as err:
         return cli.bad_input("train", err)
     if on_cpu and cfg.precision == "bf16" and not is_complete(args.output):

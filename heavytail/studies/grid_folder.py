@@ -68,7 +68,7 @@ class FinishedRun:
 
     @cached_property
     def attention(self) -> dict[str, str | None]:
-        """The attention paths the run recorded, as :func:`heavytail.harness.train.backend_label` wrote them
+        """The attention paths the run recorded, as :func:`heavytail.harness.precision.backend_label` wrote them
         (``"sdpa"``, ``"tiled"``, ``"flash:native"``, ``"flex+flash"``): ``{"train": ..., "eval": ...}``, from
         ``results.json``'s runtime (training's from ``train_summary.json`` when evaluation did not copy it); None
         where none was recorded (runs trained before training recorded it)."""

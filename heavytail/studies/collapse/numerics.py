@@ -79,7 +79,8 @@ def figure12_panels(soft: FinishedRun, healthy: FinishedRun) -> dict[str, Any]:
     """One evaluation instance through both models (App. I, Figure 12): ``{"target", "softmax", "log-ELU"}``, each
     (N, 2) array, with each model's IQR ratio to the target (:func:`heavytail.science.collapse.spread_ratio`) under
     ``"<label> ratio"``. Both models see the same instance (drawn from the softmax run's seed)."""
-    from heavytail.harness.train import build_benchmark, load_model
+    from heavytail.harness.build import build_benchmark
+    from heavytail.harness.checkpoints import load_model
 
     panels: dict[str, Any] = {}
     for label, run in (("softmax", soft), ("log-ELU", healthy)):
@@ -122,7 +123,8 @@ def gradient_accuracy(run: FinishedRun, trials: int) -> list[dict[str, Any]]:
     relative gradient error against a float64 dense reference
     (:func:`heavytail.science.collapse.attention_gradient_error`): rows {"block", "backend", "max_abs_score", "q",
     "k", "v"}."""
-    from heavytail.harness.train import build_benchmark, load_model
+    from heavytail.harness.build import build_benchmark
+    from heavytail.harness.checkpoints import load_model
 
     model, cfg = load_model(run.run_dir.path)
     bench = build_benchmark(cfg)

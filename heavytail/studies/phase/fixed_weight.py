@@ -114,7 +114,8 @@ def measure_run(run_dir: str | Path, ns: Sequence[int], reps: int, hill_n: int, 
     its range's middle), block 0's attention-output exponent over ``ns`` (``reps`` ensembles, bootstrap
     interval) against App. A's prediction, and the Hill estimate of the tokens entering each block at N =
     ``hill_n`` (median over the ensembles, with the band of eq. 38 at that k)."""
-    from heavytail.harness.train import build_benchmark, load_model
+    from heavytail.harness.build import build_benchmark
+    from heavytail.harness.checkpoints import load_model
     from heavytail.names import KERNEL_ROWS, TAIL_REGIMES, hill_k
 
     model, cfg = load_model(run_dir)

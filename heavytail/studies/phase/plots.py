@@ -127,7 +127,8 @@ def hill_plot_figure(run_dirs: Mapping[str, Any], n_points: int | None = None, s
     import torch
 
     from heavytail.harness.evaluate import band_k_range
-    from heavytail.harness.train import build_benchmark, load_model
+    from heavytail.harness.build import build_benchmark
+    from heavytail.harness.checkpoints import load_model
     from heavytail.science.metrics import hill_path
 
     fig, axes = plt.subplots(len(run_dirs), 2, figsize=(11, 3.2 * len(run_dirs)), squeeze=False)
