@@ -37,7 +37,7 @@ from pathlib import Path
 from IPython.display import Markdown, display
 
 from heavytail.harness.artifacts import artifacts, repo_root
-from heavytail.studies import ablation, claims, grid_folder, kernel_gap, reference_maps, tables
+from heavytail.studies import ablation, claim_groups, claims, grid_folder, tables
 
 root = repo_root()
 grid_path = Path(grid_dir) if Path(grid_dir).is_absolute() else root / grid_dir
@@ -53,11 +53,9 @@ def save(fig, name):
 collected = grid_folder.finished_runs(grid_path) if grid_path.is_dir() else grid_folder.FinishedRuns(runs=())
 runs = grid_folder.filter_runs(collected.runs, **filters) if filters else list(collected.runs)
 aggs = ablation.summary.aggregate(runs)
-found = claims.decided_on(ablation.claims.findings(aggs), f"the ablation grid ({grid_path.name})")
+found = claim_groups.decide_sources("ablation", runs=runs, label=f"the ablation grid ({grid_path.name})")
 if gap_grid_dir is not None:
-    design = reference_maps.source("gap-design")
-    if design.runs:
-        found = claims.decided_on(kernel_gap.claims.findings(design.runs), design.label) + found
+    found = claim_groups.decide_sources("gap-design") + found
 headline = ablation.claims.figure_name("sheared_swap", "post")
 if any(a["benchmark"] == "sheared_swap" and a["norm"] == "post" for a in aggs):
     save(ablation.summary_plots.energy_figure(aggs, "sheared_swap", "post"), headline)

@@ -37,6 +37,7 @@ converged_select_dir = "outputs/grid-gap-converged-select"  # a local re-run of 
 converged_dir = "outputs/grid-gap-converged"  # a local re-run of the converged gap's deciding runs
 fair_select_dir = "outputs/grid-gap-fair-select"  # a local re-run of the fair recipe's lr selection
 fair_dir = "outputs/grid-gap-fair"  # a local re-run of the fair recipe's deciding runs
+fair_long_dir = "outputs/grid-gap-fair-long"  # a local re-run of the fair recipe's long budget
 subnormal_dir = "outputs/grid-subnormal-ab"  # a local re-run of the subnormal A/B
 report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner
@@ -47,7 +48,7 @@ from IPython.display import Markdown, display
 
 from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.harness.config import RunConfig
-from heavytail.studies import claims, core, kernel_gap, reference_maps, run_summary
+from heavytail.studies import claim_groups, claims, core, kernel_gap, reference_maps, run_summary
 from heavytail.studies.tables import show
 
 root = repo_root()
@@ -56,7 +57,8 @@ own = run_summary.collect(root / grid_dir)
 sources = {name: reference_maps.source(name, root / local) for name, local in
            (("gap-design", design_dir), ("gap-long", long_dir), ("gap-points", points_dir),
             ("gap-converged-select", converged_select_dir), ("gap-converged", converged_dir),
-            ("gap-fair-select", fair_select_dir), ("gap-fair", fair_dir), ("subnormal-ab", subnormal_dir))}
+            ("gap-fair-select", fair_select_dir), ("gap-fair", fair_dir), ("gap-fair-long", fair_long_dir),
+            ("subnormal-ab", subnormal_dir))}
 design, long_runs, points = (sources[k].runs for k in ("gap-design", "gap-long", "gap-points"))
 print(f"this report's kernel-gap runs: {len(own)} ({root / grid_dir})")
 for name, src in sources.items():
@@ -70,8 +72,8 @@ for name, src in sources.items():
 # *Undecided at this power* is never read as "no effect"; each claim's scale and evidence are at the end.
 
 # %%
-decided_on = design or own
-found = claims.decided_on(kernel_gap.claims.findings(decided_on), sources["gap-design"].label if design else "this report's runs")
+found = (claim_groups.decide_sources("gap-design", sources)
+         or claim_groups.decide_sources("gap-design", runs=own, label="this report's runs"))
 art.save_figure(kernel_gap.plots.gap_figure(own, design, sources["gap-design"].label), "gap_vs_n")
 show(claims.compact_table(found, f"Kernel-gap claims ({sources['gap-design'].label if design else 'this report'})"),
      art, "claims_compact")
@@ -132,7 +134,8 @@ selections = kernel_gap.converged.select_lr(select_runs)
 if selections:
     show(kernel_gap.converged.selection_table(selections), art, "lr_selection")
     art.save_figure(kernel_gap.converged_plots.validation_figure(select_runs, selections), "converged_validation")
-converged_found = kernel_gap.converged.findings(converged_runs, design)
+converged_found = (claim_groups.decide_sources("gap-converged", sources)
+                   + claim_groups.decide_sources("gap-design-excess", sources))
 show(claims.claims_table(converged_found, "The gap at convergence, next to the design recipe's"), art, "findings_converged")
 if converged_runs:
     recipes = {"design recipe": design, "converged, own lr": converged_runs}
@@ -164,8 +167,10 @@ print(f"{sources['gap-fair-select'].describe()}; {sources['gap-fair'].describe()
 if fair_choice:
     show(kernel_gap.fair.selection_table(fair_choice), art, "fair_lr_selection")
     art.save_figure(kernel_gap.converged_plots.validation_figure(fair_select, fair_choice), "fair_validation")
-fair_found = kernel_gap.fair.findings(fair_runs)
-show(claims.compact_table(fair_found, "The gap at a fixed annealed budget, best weights"), art, "findings_fair")
+fair_found = claim_groups.decide_sources("gap-fair", sources)
+fair_long_found = claim_groups.decide_sources("gap-fair-long", sources)
+show(claims.compact_table(fair_found + fair_long_found, "The gap at a fixed annealed budget, best weights"), art,
+     "findings_fair")
 fair_chosen = {(s.variant, s.n_points): s.lr for s in fair_choice}
 fair_shown = fair_runs or [r for r in fair_select if fair_chosen.get((core.variant(r), r["config"]["n_points"]))
                            == r["config"]["lr"]]  # until the deciding seeds exist: the selection seeds (decide nothing)
@@ -173,7 +178,10 @@ if fair_shown:
     art.save_figure(kernel_gap.converged_plots.recipes_figure({
         "design recipe": design, "stopping rule, own lr": converged_runs,
         ("fixed annealed budget, best weights" if fair_runs else "fair recipe, selection seeds 0-2"):
-            [kernel_gap.fair.at_best(r) for r in fair_shown]}), "fair_gap_vs_n")
+            [kernel_gap.fair.at_best(r) for r in fair_shown],
+        **({f"{kernel_gap.fair.LONG_BUDGET:,}-step budget, best weights": [
+            kernel_gap.fair.at_best(r) for r in sources["gap-fair-long"].runs]} if sources["gap-fair-long"].runs
+           else {})}), "fair_gap_vs_n")
 
 # %% [markdown]
 # ## Subnormal floats
@@ -185,13 +193,10 @@ if fair_shown:
 # phase and converged-gap maps do not.
 
 # %%
-ab_found = kernel_gap.subnormal_ab.findings(sources["subnormal-ab"].runs)
+ab_found = claim_groups.decide_sources("subnormal-ab", sources)
 display(Markdown(sources["subnormal-ab"].describe() + "\n\n" + ("\n\n".join(f"- {claims.render(f)}" for f in ab_found)
                                                              or "The A/B has not been shipped yet.")))
-decided = ([claims.decided_on([f], sources["gap-design"].label if f["id"].startswith("design-")
-                           else sources["gap-converged"].label)[0] for f in converged_found]
-           + claims.decided_on(fair_found, sources["gap-fair"].label)
-           + claims.decided_on(ab_found, sources["subnormal-ab"].label))
+decided = converged_found + fair_found + fair_long_found + ab_found
 _ = art.save_table("claims.json", decided)  # the landing page lists these
 
 # %% [markdown]
@@ -218,7 +223,7 @@ display(Markdown(f"**What it shows:** {claims.render(numerical)}"))
 art.save_figure(kernel_gap.plots.collapse_figure(design or own), "collapse_graded")
 if long_runs:
     art.save_figure(kernel_gap.plots.long_figure(long_runs), "collapse_long")
-    long_found = kernel_gap.claims.long_findings(long_runs)
+    long_found = claim_groups.decide_sources("gap-long", sources)
     display(Markdown("\n\n".join(f"- {claims.render(f)}" for f in long_found)))
 else:
     display(Markdown("The 3,000-step grid has not been shipped yet (`python -m heavytail ship-map gap-long ...`)."))
@@ -231,7 +236,7 @@ else:
 
 # %%
 if points:
-    points_found = kernel_gap.claims.findings(points)
+    points_found = claim_groups.decide_sources("gap-points", sources)
     show(claims.claims_table(points_found, "Kernel-gap claims on the points-per-step map"), art, "findings_points")
 
 # %% [markdown]

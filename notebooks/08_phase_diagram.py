@@ -40,7 +40,7 @@ from IPython.display import Markdown, display
 from heavytail.harness.artifacts import artifacts, repo_root
 from heavytail.names import KERNEL_ROWS, app_a_kernels
 from heavytail.science.kernels import get_kernel
-from heavytail.studies import claims, core, phase, reference_maps
+from heavytail.studies import claim_groups, claims, core, phase, reference_maps
 from heavytail.studies.tables import show
 
 root = repo_root()
@@ -74,14 +74,9 @@ else:
     print("static reference: not shipped; the static claim is read on this report's small run")
 phase_map = reference_maps.source("phase", root / phase_dir)
 print(phase_map.describe())
-# the static claim is decided from the shipped static reference (or, without it, this notebook's own static run);
-# the others by the trained map
-found = phase.diagram.findings(phase_map.runs, ref_rows or static_rows)
-static = [f for f in found if f["id"] in phase.diagram.STATIC_IDS]
-confirm_source = reference_maps.source("phase-confirm")  # the pre-registered test: its own map, new seeds
-found = (claims.decided_on([f for f in found if f not in static], phase_map.label)
-         + claims.decided_on(static, "the shipped static reference" if ref_rows else "this notebook's static test")
-         + claims.decided_on(phase.confirm.findings(confirm_source.runs), confirm_source.label))
+# the static claims are decided from the shipped static reference, the others by the trained map; the
+# pre-registered test has its own map and new seeds
+found = claim_groups.decide_sources("phase", {"phase": phase_map}) + claim_groups.decide_sources("phase-confirm")
 if ref_rows:  # the headline: App. A's static exponents, predicted against measured (explained below)
     art.save_figure(phase.plots.reference_figure(ref_rows), "static_reference")
 show(claims.compact_table(found, "Phase-diagram claims"), art, "claims_compact")

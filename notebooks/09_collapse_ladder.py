@@ -63,14 +63,7 @@ for rung in collapse.ladder.RUNGS:
 # only (rule 7, `collapse-model-R2`, written after R2 was decided and before any R1b run).
 
 # %%
-def decided_at(claim):
-    """The map(s) a claim was decided on: R1's on the 3,000-step grid, R1b's on its own grid, rule 7 on both."""
-    if claim["id"].startswith("collapse-model-"):
-        return f"{ladder.label} and {small.label}"
-    return {"R1": long_grid.label, "R1b": small.label}.get(claim["id"].rsplit("-", 1)[1], ladder.label)
-
-
-found = [claims.decided_on([f], decided_at(f))[0] for f in collapse.ladder.findings(runs)]
+found = claim_groups.decide_sources("ladder", {"ladder": ladder, "ladder-small": small, "gap-long": long_grid})
 decided = [f for f in found if f["id"].startswith("paper-collapse-")]
 headline = collapse.ladder.summary(found, runs)  # printed from the claims: where it appears, then rung by rung
 art.save_figure(collapse.ladder_plots.loss_figure(runs), "ladder_loss")  # Fig. 13 beside ours, first
@@ -181,7 +174,7 @@ print(screen.describe())
 if screen.runs:
     art.save_figure(collapse.mechanism_views.screen_figure(screen.runs), "mechanism_screen")
     show(collapse.mechanism_views.screen_table(screen.runs), art, "mechanism_screen")
-mechanism = claim_groups.decide(claim_groups.group("mechanism")) or []
+mechanism = claim_groups.decide_sources("mechanism", {"ladder": ladder})
 show(claims.compact_table(mechanism, "Interventions at R2's recipe") if mechanism else
      {"title": "Interventions at R2's recipe", "columns": ["state"], "rows": [{"state": "not run: "
       "python -m heavytail grid params/grid_mechanism_interventions.yaml"}], "notes": ""}, art, "mechanism_claims")

@@ -29,7 +29,7 @@ output_root = None  # injected by the report runner
 # %%
 
 from heavytail.harness.artifacts import artifacts, repo_root
-from heavytail.studies import claims, collapse, reference_maps
+from heavytail.studies import claim_groups, claims, collapse, reference_maps
 from heavytail.studies.tables import show
 
 root = repo_root()
@@ -52,7 +52,7 @@ art.save_figure(V.curves_figure(runs), "tables56_curves")
 # evaluation trials collapsed (the evidence says whether it survives).
 
 # %%
-found = claims.decided_on(R.findings(runs), f"{grid.label} and the ladder's R2")
+found = claim_groups.decide_sources("tables56", {"tables56": grid, "ladder": ladder}, label=f"{grid.label} and the ladder's R2")
 show(claims.compact_table(found, "Tables 5-6 claims (P1-P5)"), art, "claims_compact")
 _ = art.save_table("claims.json", found)  # the landing page lists these
 

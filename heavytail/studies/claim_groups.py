@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import heavytail.studies.ablation.claims as ablation_claims
+import heavytail.studies.ablation.summary as ablation_summary
 import heavytail.studies.collapse.ladder as collapse_ladder
 import heavytail.studies.collapse.ladder_tables as ladder_tables
 import heavytail.studies.collapse.mechanism as mechanism
@@ -74,12 +76,18 @@ GROUPS: tuple[ClaimGroup, ...] = (
     # the earlier map, a second arm of the same claims (notebook 07)
     ClaimGroup("gap-points", "gap-points", kernel_gap_claims.findings, headline=False),
     # the paper's collapse, rung by rung toward Table 3 (notebook 09)
-    ClaimGroup("ladder", "ladder", collapse_ladder.findings, in_table=collapse_ladder.in_table, also=("ladder-small",)),
+    # (rung R1b's runs are their own grid; rung R1's are the 3,000-step grid's R1 runs)
+    ClaimGroup("ladder", "ladder", collapse_ladder.findings, in_table=collapse_ladder.in_table,
+               also=("ladder-small", "gap-long")),
     ClaimGroup("subnormal-ab", "subnormal-ab", subnormal_ab.findings, headline=False),
     # Tables 5-6 at Table 3's model, P1-P5 (notebook 10); rung R2's three cells are the ladder's runs
     ClaimGroup("tables56", "tables56", tables56_rules.findings, also=("ladder",)),
     # why softmax fails there: interventions against R2's plain softmax (the ladder's runs)
     ClaimGroup("mechanism", "mechanism", mechanism.findings, also=("ladder",)),
+    # Figure 2 and Tables 5-6's columns on the report's own CPU ablation grid (notebook 06): no shipped map, so
+    # only a notebook or caller that passes its runs decides them
+    ClaimGroup("ablation", "ablation", lambda runs: ablation_claims.findings(ablation_summary.aggregate(runs)),
+               headline=False),
 )
 
 
@@ -109,9 +117,34 @@ def decide(g: ClaimGroup, root: Path | None = None) -> list[dict[str, Any]] | No
     shipped = reference_maps.load(g.map, root)
     if shipped is None:
         return None
-    runs = list(shipped["runs"]) + [r for m in g.also if (more := reference_maps.load(m, root)) for r in more["runs"]]
-    found = claims.decided_on(g.findings(runs), title(g))
-    bad = unreadable(shipped["runs"])
+    more = [r for m in g.also if (extra := reference_maps.load(m, root)) for r in extra["runs"]]
+    return _decided(g, shipped["runs"], more, title(g))
+
+
+def decide_sources(name: str, sources: Mapping[str, Any] | None = None, root: Path | None = None,
+                   runs: Sequence[Mapping[str, Any]] | None = None, label: str | None = None) -> list[dict[str, Any]]:
+    """Group ``name``'s claims on what a notebook holds, by the same rule as :func:`decide`: the runs of its map and
+    of the maps it also reads, each from ``sources`` (map name -> :class:`heavytail.studies.reference_maps.Source`,
+    a local re-run in place of the shipped map) or else shipped. ``runs`` and ``label`` replace the group's own map
+    (a report's own runs where the map is absent). [] when there are no runs."""
+    g = group(name)
+
+    def source(m: str):
+        return (sources or {}).get(m) or reference_maps.source(m, None, root)
+
+    if runs is None:
+        main = source(g.map)
+        runs, label = main.runs, label or main.label
+    if not runs:
+        return []
+    more = [r for m in g.also for r in source(m).runs]
+    return _decided(g, runs, more, label or title(g))
+
+
+def _decided(g: ClaimGroup, runs: Sequence[Mapping[str, Any]], more: Sequence[Mapping[str, Any]], label: str
+             ) -> list[dict[str, Any]]:
+    found = claims.decided_on(g.findings([*runs, *more]), label)
+    bad = unreadable(runs)
     if bad:  # said on every claim of the map: a rule reads only finite values, so these runs were left out
         note = f" Left out: {len(bad)} run(s) of the map with no finite ratio ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})."
         found = [{**c, "evidence": (c.get("evidence") or "") + note, "left_out": bad} for c in found]
@@ -124,6 +157,8 @@ def unreadable(runs: Sequence[Mapping[str, Any]]) -> list[str]:
 
     out = []
     for r in runs:
+        if not isinstance(r, Mapping):  # a grid folder's FinishedRun (the ablation group): its rules read the folder
+            continue
         value = (r.get("median") or {}).get("ratio")
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             out.append(str(r.get("name", "?")))
@@ -250,6 +285,9 @@ def text_of(name: str, root: Path | None = None, groups: Sequence[ClaimGroup] = 
     g = group(name, groups)
     found = decide(g, root)
     if found is None:
+        if g.map not in reference_maps.MAPS:
+            raise ValueError(f"the group {g.name!r} has no shipped map: it is decided on the runs a notebook passes "
+                             "(claim_groups.decide_sources), not here")
         raise ValueError(f"{reference_maps.path_of(g.map, root)} is not shipped; run its grid and "
                          "python -m heavytail ship-map")
     return list_markdown(found)

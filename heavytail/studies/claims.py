@@ -352,8 +352,9 @@ def make_claim(id: str, claim: str, source: str, paper: str, decision: Decision,
 
 def decided_on(found: Sequence[Mapping[str, Any]], source: str) -> list[dict[str, Any]]:
     """The claim records with the map (or grid) that decided them in ``decided_by["map"]``: the landing page's
-    scale table states it per claim, since the claims of one report come from several maps."""
-    return [{**f, "decided_by": {**(f.get("decided_by") or {}), "map": source}} for f in found]
+    scale table states it per claim, since the claims of one report come from several maps. A claim that names its
+    own map (one read from another source than its group's map) keeps it."""
+    return [{**f, "decided_by": {"map": source, **(f.get("decided_by") or {})}} for f in found]
 
 
 _SCALE_HEAD = re.compile(r"training N (?:in|=) (\{[^}]*\}|[^,]+), (\S+) trials? per step, (\S+) steps")

@@ -79,6 +79,7 @@ class Rung:
     about: str
     test: Callable[[Mapping[str, Any]], bool]
     short: str = ""  # a few words for the one-paragraph summary
+    map: str = "ladder"  # the shipped map its runs come from (heavytail.studies.reference_maps.MAPS)
 
 
 def _table3_model(c: Mapping[str, Any]) -> bool:
@@ -105,9 +106,11 @@ def _float32(c: Mapping[str, Any]) -> bool:
 
 RUNGS: tuple[Rung, ...] = (
     Rung("R1", "D = 32, 2 blocks, float32, 3,000 steps (the shipped 3,000-step grid)",
-         lambda c: _base(c) and _small_model(c) and _float32(c) and not _ladder_recipe(c), "D = 32, 2 blocks, 3,000 steps"),
+         lambda c: _base(c) and _small_model(c) and _float32(c) and not _ladder_recipe(c), "D = 32, 2 blocks, 3,000 steps",
+         "gap-long"),
     Rung("R1b", "R1's model (D = 32, 2 blocks) on R2's recipe: 6,000 steps of the 50,000-step schedule, float32",
-         lambda c: _base(c) and _small_model(c) and _float32(c) and _ladder_recipe(c), "R1's model on R2's recipe"),
+         lambda c: _base(c) and _small_model(c) and _float32(c) and _ladder_recipe(c), "R1's model on R2's recipe",
+         "ladder-small"),
     Rung("R2", "Table 3's model (D = 256, 6 blocks, d_ff = 512), float32",
          lambda c: _base(c) and _table3_model(c) and _float32(c), "Table 3's model, float32"),
     Rung("R3", "R2 under bf16 autocast (softmax's SDPA in bf16; log-ELU's attention in float32)",
@@ -189,8 +192,14 @@ def paper_collapse(soft: Sequence[Mapping[str, Any]], other: Sequence[Mapping[st
     return C.Decision(C.UNDECIDED, s.estimate, s.reason)
 
 
-def _decided_by(section: str, figures: Sequence[str]) -> dict[str, Any]:
-    return {"notebook": NOTEBOOK, "section": section, "figures": list(figures)}
+def _decided_by(section: str, figures: Sequence[str], maps: Sequence[str] = ()) -> dict[str, Any]:
+    """Where a claim is shown, and (``maps``) the shipped maps it was decided on when not the ladder's alone."""
+    from heavytail.studies.reference_maps import MAPS
+
+    out = {"notebook": NOTEBOOK, "section": section, "figures": list(figures)}
+    if any(m != "ladder" for m in maps):
+        out["map"] = " and ".join(MAPS[m].title for m in dict.fromkeys(maps))
+    return out
 
 
 GRADED = ("collapse-steps", "collapse-trials")  # the paired graded comparisons behind each rung's verdict
@@ -227,7 +236,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 f"~{PAPER_ONSET[symlog]:,} of 50,000", d, "share of softmax runs labelled collapsed", where,
                 f"{sum(map(labelled, soft))} of {len(soft)} softmax runs and {sum(map(labelled, other))} of "
                 f"{len(other)} {name} runs labelled collapsed; collapse onset per softmax seed: {onset_text or 'n/a'}",
-                _decided_by("The ladder's verdicts", ["ladder_collapse"])).to_dict())
+                _decided_by("The ladder's verdicts", ["ladder_collapse"], [rung.map])).to_dict())
             for cid, what, value, fig in (
                     ("collapse-steps", "share of logged steps with a collapsed batch", collapsed_steps,
                      "onset_aligned"),
@@ -240,7 +249,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "Sec. 4.2, App. I", f"softmax collapsed, {name} did not (Tables 5-6)", d,
                     f"softmax - {name} {what}", where,
                     "per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in diffs.items()),
-                    _decided_by("The ladder's verdicts", [fig])).to_dict())
+                    _decided_by("The ladder's verdicts", [fig], [rung.map])).to_dict())
         f32 = cs.get((rung.name, SOFTMAX_F32), [])
         if f32 and soft:
             diffs = paired_by_seed(soft, f32, collapsed_steps)
@@ -340,4 +349,4 @@ def model_size(cs: Mapping[tuple[str, tuple[str, str]], Sequence[Mapping[str, An
         "R2 - R1b softmax share of logged steps with a collapsed batch",
         map_extent([*big, *small]) + "; rungs R2 and R1b: the model only differs",
         "per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in diffs.items()),
-        _decided_by("The ladder's verdicts", ["ladder_collapse"])).to_dict()]
+        _decided_by("The ladder's verdicts", ["ladder_collapse"], ["ladder", "ladder-small"])).to_dict()]

@@ -14,7 +14,7 @@ import heavytail.studies.kernel_gap.converged as CG
 from heavytail.studies.core import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, paired_ratio, sizes, variant,
                                           variant_color, variant_name)
 
-RECIPE_STYLES = (("-", "o"), ("--", "s"), (":", "^"))
+RECIPE_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
 
 
 def _interval(logs: Sequence[float]) -> tuple[float, float, float]:
@@ -26,7 +26,9 @@ def recipes_figure(recipes: Mapping[str, Sequence[Mapping]]):
     """(a) softmax / log-ELU ratio at the common evaluation N against the training N, per recipe; (b) the
     floor-free excess ratio at the training N. Points: the geometric mean over seeds with its 95 % t interval."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), constrained_layout=True)
-    shifts = (-0.02, 0.02) if len(recipes) < 3 else (-0.03, 0.0, 0.03)
+    if len(recipes) > len(RECIPE_STYLES):
+        raise ValueError(f"recipes_figure draws at most {len(RECIPE_STYLES)} recipes; got {len(recipes)}")
+    shifts = (-0.02, 0.02) if len(recipes) < 3 else tuple(np.linspace(-0.03, 0.03, len(recipes)))
     for (label, runs), (ls, marker), shift in zip(recipes.items(), RECIPE_STYLES, shifts):
         cs = cells(runs)
         for v in (SOFTMAX_SDPA, SOFTMAX_EXACT):

@@ -179,6 +179,7 @@ def static_off(rows: Sequence[Mapping[str, Any]]) -> list:
 # The static claim read twice: App. A states the exponent for kernels of finite growth order q; for softmax
 # (q = infinity) the prediction is this repository's extrapolation (the q -> infinity limit, 1/a), not the paper's.
 STATIC_IDS = ("static-exponent-polynomial", "static-exponent-softmax")
+STATIC_SOURCE = "the shipped static reference"  # what decides the static claims, whatever map the others read
 
 
 def static_claims(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -223,7 +224,7 @@ def _static_claim(rows: Sequence[Mapping[str, Any]], id: str = "static-exponent-
         + (f", {_reps_text(rows)} repetitions per a" if rows[0].get("reps") else ""),
         evidence=evidence.strip(), needs="more repetitions or larger N, so that every interval lies within "
         f"+-{STATIC_MARGIN:g} of its prediction" if verdict == C.UNDECIDED else "",
-        decided_by={"notebook": "08_phase_diagram", "section": "The static test",
+        decided_by={"notebook": "08_phase_diagram", "section": "The static test", "map": STATIC_SOURCE,
                     "figures": ["static_exponents"]}).to_dict()
 
 
