@@ -19,12 +19,15 @@ _COMMANDS = {
     "select-lr": ("heavytail.studies.kernel_gap.converged", "Pick each variant's learning rate and write the deciding grid."),
     "layout": ("heavytail.layout", "Print the package's module map (docs/layout.md's table)."),
     "select-lr-fair": ("heavytail.studies.kernel_gap.fair", "The same for the fair recipe (fixed annealed budget, best weights)."),
+    "mechanism-followup": ("heavytail.studies.collapse.mechanism_followup",
+                           "Choose the mechanism screen's setting to follow and write its grid file."),
 }
 
 
 def _usage() -> str:
     lines = ["usage: python -m heavytail <command> [options]", "", "commands:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, help_) in _COMMANDS.items()]
+    width = max(map(len, _COMMANDS))
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in _COMMANDS.items()]
     return "\n".join(lines)
 
 

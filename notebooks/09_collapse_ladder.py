@@ -29,6 +29,7 @@
 ladder_dir = "outputs/grid-collapse-ladder"  # a local re-run of the ladder, used instead of the shipped map
 small_dir = "outputs/grid-collapse-ladder-small"  # a local re-run of rung R1b (R1's model on the ladder's recipe)
 screen_dir = "outputs/grid-mechanism-screen"  # a local re-run of the mechanism screen
+followup_dir = "outputs/grid-mechanism-followup"  # a local re-run of the screen's follow-up
 report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner
 
@@ -179,6 +180,16 @@ show(claims.compact_table(mechanism, "Interventions at R2's recipe") if mechanis
      {"title": "Interventions at R2's recipe", "columns": ["state"], "rows": [{"state": "not run: "
       "python -m heavytail grid params/grid_mechanism_interventions.yaml"}], "notes": ""}, art, "mechanism_claims")
 display(Markdown(collapse.mechanism_views.screen_summary(screen.runs)))
+followup = claim_groups.decide_sources("mechanism-followup", {"mechanism-followup": reference_maps.source(
+    "mechanism-followup", root / followup_dir)})
+if followup:
+    show(claims.compact_table(followup, "Where softmax learns first: the screen's follow-up (6,000 steps)"), art,
+         "mechanism_followup")
+else:
+    setting, why = collapse.mechanism_followup.choice(collapse.mechanism.screen_states(screen.runs))
+    display(Markdown(f"**The follow-up** (the cheapest setting where softmax learns, six seeds, 6,000 steps, P5's "
+                     f"rule): not run; {why}."
+                     + (" Its grid: `python -m heavytail mechanism-followup`." if setting else "")))
 
 # %% [markdown]
 # ## Every claim with its evidence

@@ -231,8 +231,9 @@ def test_every_shipped_run_keeps_its_variant_with_or_without_a_recorded_path(nam
 
 def test_the_maps_behind_the_readme_are_shipped_and_every_grid_file_exists():
     assert {"gap-design", "gap-long", "gap-points", "phase"} <= set(SHIPPED)
-    # stage 2 of the converged gap is written by `python -m heavytail select-lr` from stage 1's runs
-    generated = {"gap-converged"}
+    # stage 2 of the converged gap is written by `python -m heavytail select-lr` from stage 1's runs, the
+    # mechanism follow-up by `python -m heavytail mechanism-followup` once the screen has chosen its setting
+    generated = {"gap-converged", "mechanism-followup"}
     for name, spec in R.MAPS.items():
         assert name in generated or (ROOT / spec.grid).is_file(), spec.grid
 

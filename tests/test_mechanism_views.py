@@ -16,7 +16,7 @@ from heavytail.studies.collapse import mechanism_views as V  # noqa: E402
 
 def test_every_run_of_the_screen_grid_is_one_setting_with_both_kernels_on_both_seeds():
     configs = [c.to_dict() for c in GridSpec.from_yaml("params/grid_mechanism_screen.yaml").configs]
-    settings = Counter(V.setting_of(c) for c in configs)
+    settings = Counter(M.setting_of(c) for c in configs)
     assert settings == {name: 2 * len(M.SCREEN_SEEDS) for name in M.SETTINGS}
 
 
@@ -29,9 +29,9 @@ def test_the_screen_table_states_each_seeds_ratio_and_the_verdict():
     configs = [c.to_dict() for c in GridSpec.from_yaml("params/grid_mechanism_screen.yaml").configs]
     runs = []
     for c in configs:
-        if V.setting_of(c) == "trials4":  # softmax within x2 of log-ELU on both seeds: learns
+        if M.setting_of(c) == "trials4":  # softmax within x2 of log-ELU on both seeds: learns
             runs.append(_run(c, 0.15 if c["kernel"] == "softmax" else 0.1))
-        elif V.setting_of(c) == "lr3e-4":  # softmax x5 log-ELU on seed 1: does not learn
+        elif M.setting_of(c) == "lr3e-4":  # softmax x5 log-ELU on seed 1: does not learn
             runs.append(_run(c, (0.5 if c["seed"] == 1 else 0.12) if c["kernel"] == "softmax" else 0.1))
     rows = {r["setting"]: r for r in V.screen_table(runs)["rows"]}
     assert rows["trials4"]["softmax learns"] == "yes" and rows["trials4"]["softmax / log-ELU"] == "1.5, 1.5"
@@ -44,6 +44,6 @@ def test_the_screen_table_states_each_seeds_ratio_and_the_verdict():
 def test_a_setting_with_one_seed_screened_learns_only_so_far():
     configs = [c.to_dict() for c in GridSpec.from_yaml("params/grid_mechanism_screen.yaml").configs]
     runs = [_run(c, 0.15 if c["kernel"] == "softmax" else 0.1) for c in configs
-            if V.setting_of(c) == "trials4" and c["seed"] == 0]
+            if M.setting_of(c) == "trials4" and c["seed"] == 0]
     assert V.screen_table(runs)["rows"][0]["softmax learns"] == "so far (1 of 2 seeds)"
     assert "no setting is fully screened yet; softmax learns so far in trials4 (1 of 2 seeds)" in V.screen_summary(runs)

@@ -22,6 +22,7 @@ import heavytail.studies.ablation.summary as ablation_summary
 import heavytail.studies.collapse.ladder as collapse_ladder
 import heavytail.studies.collapse.ladder_tables as ladder_tables
 import heavytail.studies.collapse.mechanism as mechanism
+import heavytail.studies.collapse.mechanism_followup as mechanism_followup
 import heavytail.studies.collapse.tables56_rules as tables56_rules
 import heavytail.studies.kernel_gap.claims as kernel_gap_claims
 import heavytail.studies.kernel_gap.converged as converged_gap
@@ -84,6 +85,8 @@ GROUPS: tuple[ClaimGroup, ...] = (
     ClaimGroup("tables56", "tables56", tables56_rules.findings, also=("ladder",)),
     # why softmax fails there: interventions against R2's plain softmax (the ladder's runs)
     ClaimGroup("mechanism", "mechanism", mechanism.findings, also=("ladder",)),
+    # where the screen says softmax learns, does it then diverge as Fig. 13's did (P5's rule; notebook 09)
+    ClaimGroup("mechanism-followup", "mechanism-followup", mechanism_followup.findings, headline=False),
     # Figure 2 and Tables 5-6's columns on the report's own CPU ablation grid (notebook 06): no shipped map, so
     # only a notebook or caller that passes its runs decides them
     ClaimGroup("ablation", "ablation", lambda runs: ablation_claims.findings(ablation_summary.aggregate(runs)),

@@ -104,6 +104,11 @@ MAPS = {
     "mechanism-screen": MapSpec("mechanism_screen.json", "params/grid_mechanism_screen.yaml", "mechanism screen",
                                 "the first 1,500 steps of rung R2's recipe in five settings, softmax and log-ELU, "
                                 "seeds 0-1", blocks=1),
+    # where the screen says softmax learns: that setting for 6,000 steps on six seeds (collapse.mechanism_followup)
+    "mechanism-followup": MapSpec("mechanism_followup.json", "params/grid_mechanism_followup.yaml",
+                                  "mechanism screen's follow-up", "rung R2's recipe with the screen's chosen change, "
+                                  "6,000 steps, softmax and log-ELU, seeds 0-5, 256 evaluation trials",
+                                  trial_collapse=True, blocks=1),
     "mechanism": MapSpec("mechanism.json", "params/grid_mechanism_interventions.yaml", "mechanism interventions",
                          "log-ELU or softmax in block 0 only, QK-norm, StableMax at rung R2's recipe, seeds 0-5",
                          trial_collapse=True, blocks=1),

@@ -55,6 +55,7 @@ SCREEN_STEPS = 1500
 SCREEN_WINDOW = (1000, 1500)  # steps [lo, hi] whose logged losses the screen's criterion reads
 LEARN_FACTOR = T.LEARN_FACTOR  # the same "within x2 of log-ELU" as P5's "learned"
 SCREEN_SEEDS = (0, 1)
+SCREEN_KERNELS = ("softmax", "log_elu")
 # name -> the RunConfig keys it changes from R2's recipe; cheapest first (steps cost about N x trials per step)
 SETTINGS: dict[str, dict[str, Any]] = {
     "lr3e-4": {"lr": 3e-4},
@@ -80,6 +81,45 @@ def learns(soft: Sequence[Run], log: Sequence[Run]) -> dict[str, Any]:
               for r in soft if int(r["config"]["seed"]) in by}
     ok = bool(ratios) and all(math.isfinite(v) and v <= LEARN_FACTOR for v in ratios.values())
     return {"learns": ok, "ratios": ratios}
+
+
+def setting_of(config: Mapping[str, Any]) -> str | None:
+    """The screen setting a run configuration is: the one of :data:`SETTINGS` whose keys it changes from
+    R2's recipe (:data:`tables56.RECIPE`), every other screened key at R2's value; None for anything else."""
+    screened = {k for keys in SETTINGS.values() for k in keys}
+    for name, keys in SETTINGS.items():
+        wanted = {k: keys.get(k, T.RECIPE[k]) for k in screened}
+        if all(config.get(k) == v for k, v in wanted.items()):
+            return name
+    return None
+
+
+def by_setting(runs: Sequence[Run]) -> dict[str, dict[str, dict[int, Run]]]:
+    """{setting: {"softmax" | "log_elu": {seed: run}}} in :data:`SETTINGS`'s order."""
+    out: dict[str, dict[str, dict[int, Run]]] = {name: {} for name in SETTINGS}
+    for r in runs:
+        name = setting_of(r["config"])
+        if name is not None and r["config"]["kernel"] in SCREEN_KERNELS:
+            out[name].setdefault(r["config"]["kernel"], {})[int(r["config"]["seed"])] = r
+    return {k: v for k, v in out.items() if v}
+
+
+def screen_state(verdict: Mapping[str, Any], seeds: int = len(SCREEN_SEEDS)) -> str:
+    """The criterion's answer for one setting (:func:`learns`'s result): "no" as soon as one seed fails it; "yes"
+    only once every screened seed has both kernels; before that "so far (k of n seeds)"; "not run" without a pair."""
+    if not verdict["ratios"]:
+        return "not run"
+    if not verdict["learns"]:
+        return "no"
+    done = len(verdict["ratios"])
+    return "yes" if done >= seeds else f"so far ({done} of {seeds} seeds)"
+
+
+def screen_states(runs: Sequence[Run]) -> dict[str, str]:
+    """:func:`screen_state` per setting of :data:`SETTINGS`, in its order (every setting, "not run" included)."""
+    found = by_setting(runs)
+    return {name: screen_state(learns(list(found.get(name, {}).get("softmax", {}).values()),
+                                      list(found.get(name, {}).get("log_elu", {}).values()))) for name in SETTINGS}
 
 
 # ------------------------------------------------------------------------------------------- the interventions

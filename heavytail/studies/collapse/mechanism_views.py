@@ -17,32 +17,11 @@ Run = Mapping[str, Any]
 _KERNELS = {"softmax": SOFTMAX_SDPA, "log_elu": LOG_ELU}
 
 
-def setting_of(config: Mapping[str, Any]) -> str | None:
-    """The screen setting a run configuration is: the one of :data:`mechanism.SETTINGS` whose keys it changes from
-    R2's recipe (:data:`tables56.RECIPE`), every other screened key at R2's value; None for anything else."""
-    screened = {k for keys in M.SETTINGS.values() for k in keys}
-    for name, keys in M.SETTINGS.items():
-        wanted = {k: keys.get(k, T.RECIPE[k]) for k in screened}
-        if all(config.get(k) == v for k, v in wanted.items()):
-            return name
-    return None
-
-
-def by_setting(runs: Sequence[Run]) -> dict[str, dict[str, dict[int, Run]]]:
-    """{setting: {"softmax" | "log_elu": {seed: run}}} in :data:`mechanism.SETTINGS`'s order."""
-    out: dict[str, dict[str, dict[int, Run]]] = {name: {} for name in M.SETTINGS}
-    for r in runs:
-        name = setting_of(r["config"])
-        if name is not None and r["config"]["kernel"] in _KERNELS:
-            out[name].setdefault(r["config"]["kernel"], {})[int(r["config"]["seed"])] = r
-    return {k: v for k, v in out.items() if v}
-
-
 def screen_table(runs: Sequence[Run]) -> dict[str, Any]:
     """Per setting: the seeds screened, each seed's window medians and softmax/log-ELU ratio, and whether softmax
     learns there by the criterion written before the runs."""
     rows = []
-    for name, kernels in by_setting(runs).items():
+    for name, kernels in M.by_setting(runs).items():
         soft, log = kernels.get("softmax", {}), kernels.get("log_elu", {})
         verdict = M.learns(list(soft.values()), list(log.values()))
         seeds = sorted(set(soft) | set(log))
@@ -55,7 +34,7 @@ def screen_table(runs: Sequence[Run]) -> dict[str, Any]:
                                                        for s in seeds),
             "softmax / log-ELU": ", ".join(C.fmt(verdict["ratios"][s]) if s in verdict["ratios"] else "-"
                                            for s in seeds),
-            "softmax learns": _learns_text(verdict, len(M.SCREEN_SEEDS)),
+            "softmax learns": M.screen_state(verdict),
         })
     lo, hi = M.SCREEN_WINDOW
     return {"title": "The mechanism screen: does softmax learn in the first steps of R2's recipe?",
@@ -66,21 +45,10 @@ def screen_table(runs: Sequence[Run]) -> dict[str, Any]:
                      "(heavytail.studies.collapse.mechanism, written before the runs)"}
 
 
-def _learns_text(verdict: Mapping[str, Any], seeds: int) -> str:
-    """The criterion's answer for one setting: "no" as soon as one seed fails it; "yes" only once every screened
-    seed has both kernels; before that, how many seeds have passed so far."""
-    if not verdict["ratios"]:
-        return "not run"
-    if not verdict["learns"]:
-        return "no"
-    done = len(verdict["ratios"])
-    return "yes" if done >= seeds else f"so far ({done} of {seeds} seeds)"
-
-
 def screen_figure(runs: Sequence[Run]):
     """One panel per screened setting: training loss against step, softmax (SDPA) and log-ELU, one line per seed,
     the criterion's window shaded."""
-    settings = by_setting(runs)
+    settings = M.by_setting(runs)
     fig, axes = plt.subplots(1, max(1, len(settings)), figsize=(3.2 * max(1, len(settings)), 3.0),
                              constrained_layout=True, squeeze=False, sharey=True)
     for ax, (name, kernels) in zip(axes[0], settings.items()):
