@@ -14,7 +14,7 @@ _COMMANDS = {
     "evaluate": ("heavytail.harness.evaluate", "Evaluate a finished run: 128-trial ratios, floors, Hill diagnostics."),
     "report": ("heavytail.pipeline.report", "Execute the notebooks with papermill and render the HTML report."),
     "grid": ("heavytail.pipeline.grid", "Run every configuration of a grid file (local workers or SLURM)."),
-    "ship-map": ("heavytail.studies.reference_maps", "Ship a grid's finished per-run summaries as a reference map."),
+    "ship-map": ("heavytail.studies.ship_map", "Ship a grid's finished per-run summaries as a reference map."),
     "claims": ("heavytail.studies.claim_groups", "Print the claims decided on the shipped maps (one group, or the table)."),
     "select-lr": ("heavytail.studies.kernel_gap.converged", "Pick each variant's learning rate and write the deciding grid."),
     "layout": ("heavytail.layout", "Print the package's module map (docs/layout.md's table)."),

@@ -32,7 +32,8 @@ import nbformat
 import pytest
 
 from heavytail.harness.artifacts import repo_root
-from heavytail.pipeline.landing import claims_in, figures_of, headline_figure
+from heavytail.pipeline.landing import headline_figure
+from heavytail.pipeline.report_folder import claims_in, figures_of
 from heavytail.pipeline.notebook import NotebookResult
 
 sys.path.insert(0, str(Path(__file__).parent))

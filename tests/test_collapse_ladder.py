@@ -442,13 +442,13 @@ def test_each_ring_of_the_rung_figure_circles_its_own_runs_dot():
 
 def test_the_ladder_map_keeps_block_0s_series_and_drops_the_other_blocks():
     """The map keeps what the figures read (block 0, which sees the raw tokens) and every other series."""
-    from heavytail.studies import reference_maps as R
+    from heavytail.studies import reference_maps as R, ship_map
 
     run = {"name": "r", "trace": {"step": [1], "loss": [2.0], "block0.attn_absorbed": [0.5], "block1.attn_absorbed": [0.1],
                                   "block12.max_abs_score": [3.0], "val_log_energy": [1.0]},
            "onset_window": {"center": 5, "step": [5], "block0.qk_grad_norm": [1.0], "block5.qk_grad_norm": [2.0]},
            "blocks": [{"max_abs_score": 1.0}, {"max_abs_score": 2.0}]}
-    kept = R.with_blocks(run, 1)
+    kept = ship_map.with_blocks(run, 1)
     assert set(kept["trace"]) == {"step", "loss", "block0.attn_absorbed", "val_log_energy"}
     assert set(kept["onset_window"]) == {"center", "step", "block0.qk_grad_norm"}
     assert kept["blocks"] == run["blocks"] and set(run["trace"]) >= set(kept["trace"])  # the summary per block stays

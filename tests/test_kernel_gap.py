@@ -13,6 +13,7 @@ from heavytail.studies import claims as C
 import heavytail.studies.core as G
 import heavytail.studies.kernel_gap.claims as K
 from heavytail.studies import reference_maps as R
+from heavytail.studies import ship_map
 from heavytail.studies import run_summary
 from heavytail.harness.config import RunConfig
 from heavytail.pipeline.grid_file import GridSpec
@@ -358,10 +359,10 @@ def _shipping(tmp_path, monkeypatch, name, runs):
     grid_dir = tmp_path / name
     grid_dir.mkdir()
     (grid_dir / "grid.json").write_text(json.dumps({
-        "grid": R._grid_name(name), "source": spec.grid,
+        "grid": ship_map._grid_name(name), "source": spec.grid,
         "configurations": [{"name": r["name"], "status": "ok", "run_dir": r["name"]} for r in runs]}))
     monkeypatch.setattr(run_summary, "collect", lambda _: runs)
-    out = R.ship(name, grid_dir, command="test", output=tmp_path / f"{name}.json")
+    out = ship_map.ship(name, grid_dir, command="test", output=tmp_path / f"{name}.json")
     return json.loads(out.read_text())["runs"]
 
 
@@ -408,7 +409,7 @@ def test_the_confirmatory_map_with_its_per_trial_records_fits_a_shipped_maps_siz
                     "floor": float(np.float32(rng.lognormal(-5, 1))),
                     "tail_index": [float(rng.uniform(2, 4.5)), float(rng.uniform(1, 3.5))]}
                    for _ in range(cfg.eval_trials)]
-        runs.append(R.with_trace_keys(dict(like, name=name, config=cfg.to_dict(), per_trial=run_summary.trial_columns(records)),
+        runs.append(ship_map.with_trace_keys(dict(like, name=name, config=cfg.to_dict(), per_trial=run_summary.trial_columns(records)),
                                       R.MAPS["phase-confirm"].trace_keys))
     # written as ship-map writes a map: one compact record per run (heavytail.io.save_records_json)
     path = save_records_json({"provenance": {"commits": ["a" * 40]}, "runs": runs}, "runs", tmp_path / "map.json")

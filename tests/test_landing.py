@@ -9,7 +9,8 @@ import math
 import re
 from pathlib import Path
 
-from heavytail.pipeline.landing import claims_in, headline_figure, render_landing
+from heavytail.pipeline.landing import headline_figure, render_landing
+from heavytail.pipeline.report_folder import claims_in
 from heavytail.pipeline.notebook import NotebookResult
 from heavytail.studies import claims as C
 import heavytail.studies.kernel_gap.claims as K
@@ -142,7 +143,7 @@ def test_the_page_opens_with_the_papers_claims_then_the_repositorys_questions(tm
 
 def test_a_figure_being_written_is_not_a_report_item(tmp_path):
     """save_figure writes .<name>.tmp.png and renames it: a page written meanwhile must not link the hidden file."""
-    from heavytail.pipeline.landing import figures_of
+    from heavytail.pipeline.report_folder import figures_of
 
     (tmp_path / "done.png").write_bytes(b"\x89PNG")
     (tmp_path / ".collapse_by_task.png.tmp.png").write_bytes(b"\x89PNG")

@@ -104,13 +104,14 @@ def test_a_shipped_run_is_never_replaced_by_different_numbers_without_a_flag(tmp
     """A one-configuration rerun of the design grid under another --set, shipped with --allow-mixed: refused (one
     line naming the run and what differs, the map untouched) unless --replace, which prints each replacement."""
     from heavytail.studies import reference_maps as R
+    from heavytail.studies import ship_map
     from heavytail.studies import run_summary
 
     shipped = R.load("gap-design")
     one = shipped["runs"][0]
     rerun = {**one, "config": {**one["config"], "steps": 6}, "median": {**one["median"], "ratio": 2.5}}
-    assert R.replacements([rerun], shipped["runs"]) == [f"{one['name']}: configuration, median ratio"]
-    assert R.replacements([one], shipped["runs"]) == []
+    assert ship_map.replacements([rerun], shipped["runs"]) == [f"{one['name']}: configuration, median ratio"]
+    assert ship_map.replacements([one], shipped["runs"]) == []
     out = tmp_path / "map.json"
     out.write_text(json.dumps(shipped))
     grid = tmp_path / "grid"
@@ -119,7 +120,7 @@ def test_a_shipped_run_is_never_replaced_by_different_numbers_without_a_flag(tmp
                                                 "configurations": [{"name": r["name"]} for r in shipped["runs"]]}))
     monkeypatch.setattr(run_summary, "collect", lambda d: [rerun])
     with pytest.raises(ValueError, match="would be replaced by different numbers"):
-        R.ship("gap-design", grid, command="test", output=out, allow_mixed=True)
+        ship_map.ship("gap-design", grid, command="test", output=out, allow_mixed=True)
     assert json.loads(out.read_text()) == shipped
 
 

@@ -241,9 +241,9 @@ def unshipped(spec: GridSpec, patterns: Sequence[str] | None = None) -> list[str
     """The configurations of ``spec`` (matching ``patterns``, when given) that the shipped map of its grid file
     does not hold: what a later session runs to resume a grid whose folder is gone (shipping the new folder keeps
     the runs already shipped)."""
-    from heavytail.studies import reference_maps
+    from heavytail.studies import reference_maps, ship_map
 
-    name = reference_maps.map_of_grid(spec.source or "")
+    name = ship_map.map_of_grid(spec.source or "")
     if name is None:
         raise ValueError(f"--unshipped: {spec.source} is not the grid file of a shipped map; the maps' grid files: "
                          + ", ".join(m.grid for m in reference_maps.MAPS.values()))

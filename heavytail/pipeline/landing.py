@@ -25,142 +25,23 @@ maps' claims (decided by the studies, as ``python -m heavytail claims`` prints t
 
 from __future__ import annotations
 
-import csv
 import datetime as _dt
-import html
 import json
 import os
-import re
 import socket
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
-from urllib.parse import quote, unquote
+from typing import Any, Mapping, Sequence
 
-from heavytail.harness.artifacts import CONCLUSION_FILE
-from heavytail.harness.provenance import code_state
-from heavytail.io import atomic_write_text, load_json
+from heavytail.io import atomic_write_text
 from heavytail.studies.claims import VERDICTS, fmt, interval_text, scale_label, seeds_text, statistic_text  # the one list of verdict states
+from heavytail.pipeline.report_folder import (anchor, claims_in, conclusion_of, duration, esc, figures_of, git_commit,
+                                              href, read_csv, run_folders_of, tables_of)
 from heavytail.studies.grid_folder import GRID_JSON, grid_status
 
-CLAIMS_FILE = "claims.json"  # a list of claims a notebook checked; see :func:`heavytail.studies.ablation.summary.findings`
 SCALE_FILE = "scale.csv"  # columns: setting, this run's value(s), the paper's value
-TABLE_SUFFIXES = (".csv", ".json")
-NOT_REPORT_ITEMS = {CONCLUSION_FILE}  # read by this page, not offered as a table
 
 # The page's style sheet, inlined so that index.html stays one file a reviewer can open or mail on its own.
 _CSS = Path(__file__).with_name("landing.css").read_text()
-
-
-# --------------------------------------------------------------------------------------------------
-# Reading what the notebooks wrote
-# --------------------------------------------------------------------------------------------------
-def _read_json(path: Path) -> Any:
-    """The JSON a notebook wrote, its tagged inf and NaN turned back into floats (heavytail.io), or None."""
-    try:
-        return load_json(path)
-    except (OSError, ValueError):
-        return None
-
-
-def _read_csv(path: Path) -> list[dict[str, str]] | None:
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            return list(csv.DictReader(fh))
-    except OSError:
-        return None
-
-
-def _href(path: str) -> str:
-    """A relative link: each segment percent-encoded, '/' kept."""
-    return html.escape(quote(path, safe="/#"), quote=True)
-
-
-def _esc(text: Any) -> str:
-    return html.escape(str(text))
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
-    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
-
-
-def heading_ids(page: Path) -> dict[str, str]:
-    """The anchors nbconvert gave a rendered notebook's headings, by heading text (spaces as in the text)."""
-    try:
-        text = page.read_text(encoding="utf-8")
-    except OSError:
-        return {}
-    return {unquote(m.group(1)).replace("-", " "): m.group(1) for m in re.finditer(r'<h[1-6][^>]*\sid="([^"]+)"', text)}
-
-
-def _anchor(out_dir: Path, notebook: str, section: str | None) -> str:
-    """``<notebook>.html#<id of section>``, or the page itself when the section has no anchor there."""
-    page = f"{notebook}.html"
-    if section:
-        ident = heading_ids(out_dir / page).get(section.replace("-", " "))
-        if ident:
-            return f"{page}#{ident}"
-    return page
-
-
-def figures_of(folder: Path) -> list[Path]:
-    """A notebook's saved figures (PNG, each with its SVG), in the order the notebook saved them. A figure being
-    written (its hidden ``.<name>.tmp.png``, :meth:`heavytail.harness.artifacts.Artifacts.save_figure`) is not one
-    yet, and a file renamed away while the page is written is skipped."""
-    if not folder.is_dir():
-        return []
-    found = []
-    for p in folder.glob("*.png"):
-        if p.name.startswith("."):
-            continue
-        try:
-            found.append((p.stat().st_mtime, p.name, p))
-        except FileNotFoundError:
-            continue
-    return [p for *_, p in sorted(found)]
-
-
-def tables_of(folder: Path) -> list[Path]:
-    """A notebook's tables (CSV, JSON) at the top of its artifact folder; subfolders hold run internals."""
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in TABLE_SUFFIXES
-                  and p.name not in NOT_REPORT_ITEMS and not p.name.startswith("."))
-
-
-def run_folders_of(folder: Path) -> list[Path]:
-    """Training run folders a notebook wrote inside its artifact folder (any folder holding config.yaml)."""
-    if not folder.is_dir():
-        return []
-    return sorted(p.parent for p in folder.rglob("config.yaml") if not any(part.startswith(("_", ".")) for part in
-                                                                          p.relative_to(folder).parts))
-
-
-def conclusion_of(folder: Path) -> Mapping[str, Any] | None:
-    data = _read_json(folder / CONCLUSION_FILE)
-    return data if isinstance(data, Mapping) and data.get("sentence") else None
-
-
-def claims_in(out_dir: Path, names: Iterable[str]) -> list[tuple[str, Mapping[str, Any]]]:
-    """Every (notebook, claim) of the notebooks' ``claims.json`` files, in notebook order."""
-    found = []
-    for name in names:
-        data = _read_json(out_dir / name / CLAIMS_FILE)
-        if isinstance(data, list):
-            found += [(name, c) for c in data if isinstance(c, Mapping) and c.get("verdict") in VERDICTS]
-    return found
-
-
-def _git_commit(root: Path) -> str | None:
-    state = code_state(root)
-    if state["commit"] is None:
-        return None
-    return state["commit"][:7] + (" (with uncommitted changes)" if state["dirty"] else "")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -204,21 +85,21 @@ def report_state(results: Sequence[Any], finished: bool) -> tuple[str, str]:
 def _grid_scale(out_dir: Path, names: Sequence[str]) -> str:
     """The summary notebook's ``scale.csv``: the ablation grid's settings next to the paper's (Table 3)."""
     for name in names:
-        rows = _read_csv(out_dir / name / SCALE_FILE)
+        rows = read_csv(out_dir / name / SCALE_FILE)
         if not rows:
             continue
         columns = list(rows[0])
-        head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
+        head = "".join(f"<th>{esc(c)}</th>" for c in columns)
         half = (len(rows) + 1) // 2  # two tables side by side
         tables = "".join(
             f"<table><tr>{head}</tr>\n" + "\n".join(
-                "<tr>" + "".join(f"<td>{_esc(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in part)
+                "<tr>" + "".join(f"<td>{esc(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in part)
             + "</table>" for part in (rows[:half], rows[half:]) if part)
         ours = columns[1] if len(columns) > 1 else None
         empty = ours is not None and all(r.get(ours, "-") in ("-", "", "0 (0)") for r in rows)
         note = " No runs were found, so only the paper's column is filled." if empty else ""
         return (f"<details><summary>The ablation grid's settings next to the paper's (Table 3), from "
-                f"<a href=\"{_href(name + '.html')}\">{_esc(name)}</a>{note}</summary>"
+                f"<a href=\"{href(name + '.html')}\">{esc(name)}</a>{note}</summary>"
                 f"<div class=\"side\">{tables}</div></details>")
     return "<p class=\"note\">No ablation-grid scale table: the summary notebook did not write one.</p>"
 
@@ -232,8 +113,8 @@ def _scale_section(out_dir: Path, names: Sequence[str]) -> str:
     by_scale: dict[tuple[str, str], list[str]] = {}
     for _, c in claims_in(out_dir, names):
         by_scale.setdefault((_decided_on(c), c.get("scale") or "n/a"), []).append(c.get("claim", ""))
-    rows = [f"<tr><td>{_esc(source)}</td><td class=\"evidence\">{_esc(scale)}</td><td><ul>"
-            + "".join(f"<li>{_esc(claim)}</li>" for claim in decided) + "</ul></td></tr>"
+    rows = [f"<tr><td>{esc(source)}</td><td class=\"evidence\">{esc(scale)}</td><td><ul>"
+            + "".join(f"<li>{esc(claim)}</li>" for claim in decided) + "</ul></td></tr>"
             for (source, scale), decided in by_scale.items()]
     table = ("<table class=\"scale\"><tr><th>decided on</th><th>scale</th><th>claims</th></tr>\n" + "\n".join(rows)
              + "</table>") if rows else "<p class=\"note\">No claims recorded, so no scale decided one.</p>"
@@ -245,14 +126,14 @@ def _scale_section(out_dir: Path, names: Sequence[str]) -> str:
 def _links(out_dir: Path, notebook: str, c: Mapping[str, Any]) -> list[str]:
     decided = c.get("decided_by") or {}
     page_of = decided.get("notebook", notebook)
-    links = [f"<a href=\"{_href(_anchor(out_dir, page_of, decided.get('section')))}\">"
-             f"{_esc(decided.get('section') or page_of)}</a>"]
+    links = [f"<a href=\"{href(anchor(out_dir, page_of, decided.get('section')))}\">"
+             f"{esc(decided.get('section') or page_of)}</a>"]
     for fig in decided.get("figures", ()):
         png = out_dir / page_of / f"{fig}.png"
         if png.is_file():
-            links.append(f"<a href=\"{_href(f'{page_of}/{fig}.png')}\">{_esc(fig)}</a>")
+            links.append(f"<a href=\"{href(f'{page_of}/{fig}.png')}\">{esc(fig)}</a>")
         else:
-            links.append(f"<span class=\"note\">{_esc(fig)} (not drawn)</span>")
+            links.append(f"<span class=\"note\">{esc(fig)} (not drawn)</span>")
     return links
 
 
@@ -263,7 +144,7 @@ def _effect(c: Mapping[str, Any]) -> str:
     value = fmt(c["estimate"])
     if c.get("low") is not None:
         value += interval_text(c, one_seed="no interval from one seed")
-    return f"<b>{_esc(value)}</b><div class=\"note\">{_esc(c.get('statistic', ''))}</div>"
+    return f"<b>{esc(value)}</b><div class=\"note\">{esc(c.get('statistic', ''))}</div>"
 
 
 def _drawn(out_dir: Path, notebook: str, c: Mapping[str, Any]) -> list[str]:
@@ -306,9 +187,9 @@ def _headline(out_dir: Path, claims: Sequence[tuple[str, Mapping[str, Any]]]) ->
     if found is None:
         return ""
     rel, stated = found
-    caption = "<br>".join(_esc(_caption(c)) for c in stated)
-    return (f"<figure class=\"headline\" id=\"headline\"><a href=\"{_href(rel)}\"><img src=\"{_href(rel)}\" "
-            f"alt=\"{_esc(Path(rel).stem)}\"></a><figcaption class=\"note\">{caption}</figcaption></figure>")
+    caption = "<br>".join(esc(_caption(c)) for c in stated)
+    return (f"<figure class=\"headline\" id=\"headline\"><a href=\"{href(rel)}\"><img src=\"{href(rel)}\" "
+            f"alt=\"{esc(Path(rel).stem)}\"></a><figcaption class=\"note\">{caption}</figcaption></figure>")
 
 
 def _in_brief(out_dir: Path, claims: Sequence[tuple[str, Mapping[str, Any]]], results: Mapping[str, Any]) -> str:
@@ -319,8 +200,8 @@ def _in_brief(out_dir: Path, claims: Sequence[tuple[str, Mapping[str, Any]]], re
         if not conclusion:
             continue
         html_page = getattr(results.get(name), "html", None)
-        title = f"<a href=\"{_href(html_page)}\">{_esc(name)}</a>" if html_page else _esc(name)
-        items.append(f"<li>{title}: {_esc(conclusion['sentence'])}</li>")
+        title = f"<a href=\"{href(html_page)}\">{esc(name)}</a>" if html_page else esc(name)
+        items.append(f"<li>{title}: {esc(conclusion['sentence'])}</li>")
     return f"<ul class=\"brief\" id=\"in-brief\">{''.join(items)}</ul>" if items else ""
 
 
@@ -339,16 +220,16 @@ def _paper_section(root: Path, own: bool = False) -> str:
     rows = []
     for r in paper_claims.rows(decide, paper_claims.OWN_QUESTIONS if own else paper_claims.PAPER_CLAIMS):
         cls = PAPER_VERDICT_CLASS.get(r["verdict"], "v-not-run")
-        which = f"<div class=\"note\">{_esc(r['which'])}</div>" if r["which"] else ""
-        rows.append(f"<tr><td><b>{_esc(r['id'])}</b></td><td>{_esc(r['words'])} <span class=\"note\">"
-                    f"({_esc(r['section'])})</span></td><td><span class=\"badge {cls}\">{_esc(r['verdict'])}</span>"
-                    f"{which}</td><td>{_esc(r['number'])}</td><td>{_esc(r['scale'])}</td></tr>")
+        which = f"<div class=\"note\">{esc(r['which'])}</div>" if r["which"] else ""
+        rows.append(f"<tr><td><b>{esc(r['id'])}</b></td><td>{esc(r['words'])} <span class=\"note\">"
+                    f"({esc(r['section'])})</span></td><td><span class=\"badge {cls}\">{esc(r['verdict'])}</span>"
+                    f"{which}</td><td>{esc(r['number'])}</td><td>{esc(r['scale'])}</td></tr>")
     if own:
         return ("<table class=\"paper\" id=\"own-questions\"><tr><th></th><th>the repository's own question</th>"
                 "<th>verdict</th><th>the number that decided it</th><th>our scale</th></tr>\n" + "\n".join(rows)
                 + "</table>")
     return (f"<p class=\"note caption\">Each claim in the paper's words, its verdict from the rules registered before "
-            f"the runs, and the scale that decided it; the paper's Section 4.2 ran {_esc(paper_claims.PAPER_SCALE)}. "
+            f"the runs, and the scale that decided it; the paper's Section 4.2 ran {esc(paper_claims.PAPER_SCALE)}. "
             "The repository's own questions and every rule's evidence follow.</p>"
             "<table class=\"paper\" id=\"paper-claims\"><tr><th></th><th>the paper claims</th><th>verdict</th>"
             "<th>the number that decided it</th><th>our scale</th></tr>\n" + "\n".join(rows) + "</table>")
@@ -368,22 +249,22 @@ def _findings_section(out_dir: Path, names: Sequence[str], results: Mapping[str,
     if not claims:
         summary = [n for n in names if n.endswith("summary")]
         why = "; ".join(f"{n}: {results[n].status}" for n in summary if n in results) or "no notebook checked claims"
-        return f"<p class=\"note\">No findings recorded ({_esc(why)}).</p>" + breadth_note
+        return f"<p class=\"note\">No findings recorded ({esc(why)}).</p>" + breadth_note
     counts = {v: sum(c["verdict"] == v for _, c in claims) for v in VERDICTS}
     line = ", ".join(f"<span class=\"v-{v.replace(' ', '-')}\"><b>{counts[v]}</b> {v}</span>" for v in VERDICTS)
     rows = []
     for notebook, c in claims:
         verdict = c["verdict"]
-        needs = f"<p>To decide: {_esc(c['needs'])}</p>" if c.get("needs") else ""
+        needs = f"<p>To decide: {esc(c['needs'])}</p>" if c.get("needs") else ""
         # The per-cell evidence runs to many lines for a map's claims: folded, so each row stays one or two lines.
-        detail = (f"<details><summary>evidence</summary><p>{_esc(c.get('source', ''))}. "
-                  f"Paper: {_esc(c.get('paper', ''))}</p><p>{_esc(c.get('evidence', ''))}</p>{needs}"
-                  f"<p>Decided at: {_esc(c.get('scale') or 'n/a')}</p></details>")
-        scale = _esc(scale_label(c.get("scale") or "") or "n/a")
+        detail = (f"<details><summary>evidence</summary><p>{esc(c.get('source', ''))}. "
+                  f"Paper: {esc(c.get('paper', ''))}</p><p>{esc(c.get('evidence', ''))}</p>{needs}"
+                  f"<p>Decided at: {esc(c.get('scale') or 'n/a')}</p></details>")
+        scale = esc(scale_label(c.get("scale") or "") or "n/a")
         rows.append(
-            f"<tr class=\"finding\"><td><span class=\"badge v-{verdict.replace(' ', '-')}\">{_esc(verdict)}</span></td>"
-            f"<td>{_esc(c.get('claim', ''))} {detail}</td><td>{_effect(c)}</td><td>{_esc(seeds_text(c))}</td>"
-            f"<td>{scale}<div class=\"note\">{_esc(_decided_on(c))}</div></td>"
+            f"<tr class=\"finding\"><td><span class=\"badge v-{verdict.replace(' ', '-')}\">{esc(verdict)}</span></td>"
+            f"<td>{esc(c.get('claim', ''))} {detail}</td><td>{_effect(c)}</td><td>{esc(seeds_text(c))}</td>"
+            f"<td>{scale}<div class=\"note\">{esc(_decided_on(c))}</div></td>"
             f"<td class=\"links\">{' · '.join(_links(out_dir, notebook, c))}</td></tr>")
     return (_in_brief(out_dir, claims, results) + _headline(out_dir, claims)
             + f"<p>{line} of {len(claims)} claims; each row names the map and scale that decided it.</p>" + breadth_note
@@ -402,14 +283,14 @@ def _is_grid_entry(r: Any) -> bool:
 
 def _card(out_dir: Path, r: Any) -> str:
     folder = out_dir / r.name
-    title = f"<a href=\"{_href(r.html)}\">{_esc(r.name)}</a>" if r.html else _esc(r.name)
-    status = f"<span class=\"badge s-{_esc(r.status)}\">{_esc(r.status)}</span>"
-    parts = [f"<h3>{title} {status} <span class=\"note\">{_duration(r.elapsed_s)}</span></h3>"]
+    title = f"<a href=\"{href(r.html)}\">{esc(r.name)}</a>" if r.html else esc(r.name)
+    status = f"<span class=\"badge s-{esc(r.status)}\">{esc(r.status)}</span>"
+    parts = [f"<h3>{title} {status} <span class=\"note\">{duration(r.elapsed_s)}</span></h3>"]
     if r.status == "failed":
         where = f"stopped at code cell {r.failed_cell}: " if r.failed_cell is not None else ""
-        parts.append(f"<p class=\"s-failed\">{where}{_esc(r.error or 'unknown error')}</p>")
+        parts.append(f"<p class=\"s-failed\">{where}{esc(r.error or 'unknown error')}</p>")
     elif r.status == "skipped":
-        parts.append(f"<p class=\"note\">Not run: {_esc(r.error or 'skipped')}.</p>")
+        parts.append(f"<p class=\"note\">Not run: {esc(r.error or 'skipped')}.</p>")
     figures = figures_of(folder)
     conclusion = conclusion_of(folder)
     key = None
@@ -419,9 +300,9 @@ def _card(out_dir: Path, r: Any) -> str:
     if key is not None:
         rel = f"{r.name}/{key.name}"
         # Loaded eagerly: a lazy image below the fold never loads in a printout or a headless check.
-        parts.append(f"<a class=\"thumb\" href=\"{_href(rel)}\"><img src=\"{_href(rel)}\" alt=\"{_esc(key.stem)}\"></a>")
+        parts.append(f"<a class=\"thumb\" href=\"{href(rel)}\"><img src=\"{href(rel)}\" alt=\"{esc(key.stem)}\"></a>")
     if conclusion:
-        parts.append(f"<p class=\"conclusion\">{_esc(conclusion['sentence'])}</p>")
+        parts.append(f"<p class=\"conclusion\">{esc(conclusion['sentence'])}</p>")
     elif _is_grid_entry(r):
         parts.append("<p class=\"note\">Executed once per configuration by the grid: see Grids below.</p>")
     elif r.status == "ok":
@@ -429,21 +310,21 @@ def _card(out_dir: Path, r: Any) -> str:
     fig_links = []
     for f in figures:
         svg = f.with_suffix(".svg")
-        link = f"<a href=\"{_href(f'{r.name}/{f.name}')}\">{_esc(f.stem)}</a>"
+        link = f"<a href=\"{href(f'{r.name}/{f.name}')}\">{esc(f.stem)}</a>"
         if svg.is_file():
-            link += f" (<a href=\"{_href(f'{r.name}/{svg.name}')}\">svg</a>)"
+            link += f" (<a href=\"{href(f'{r.name}/{svg.name}')}\">svg</a>)"
         fig_links.append(link)
     parts.append(_files_line("figures", fig_links))
-    parts.append(_files_line("tables", [f"<a href=\"{_href(f'{r.name}/{t.name}')}\">{_esc(t.name)}</a>"
+    parts.append(_files_line("tables", [f"<a href=\"{href(f'{r.name}/{t.name}')}\">{esc(t.name)}</a>"
                                         for t in tables_of(folder)]))
     runs = run_folders_of(folder)
     parts.append(_files_line("run folders", [
-        f"<a href=\"{_href(os.path.relpath(d / ('results.json' if (d / 'results.json').is_file() else 'config.yaml'), out_dir))}\">"
-        f"{_esc(d.name)}</a>" for d in runs]))
+        f"<a href=\"{href(os.path.relpath(d / ('results.json' if (d / 'results.json').is_file() else 'config.yaml'), out_dir))}\">"
+        f"{esc(d.name)}</a>" for d in runs]))
     if r.parameters:
         params = "\n".join(f"{k}: {json.dumps(v, default=str)}" for k, v in r.parameters.items())
-        parts.append(f"<details><summary>parameters</summary><pre>{_esc(params)}</pre></details>")
-    return f"<div class=\"card\" id=\"card-{_esc(r.name)}\">" + "\n".join(p for p in parts if p) + "</div>"
+        parts.append(f"<details><summary>parameters</summary><pre>{esc(params)}</pre></details>")
+    return f"<div class=\"card\" id=\"card-{esc(r.name)}\">" + "\n".join(p for p in parts if p) + "</div>"
 
 
 def grid_folders(out_dir: Path, results: Sequence[Any], root: Path, known: Sequence[Path] = ()) -> list[Path]:
@@ -476,33 +357,33 @@ def _grids_section(out_dir: Path, folders: Sequence[Path]) -> str:
         try:
             record = grid_status(folder)
         except ValueError as err:  # the page still renders, and says what is wrong with the record
-            blocks.append(f"<p><b>{_esc(folder.name)}</b>: {_esc(str(err))}</p>")
+            blocks.append(f"<p><b>{esc(folder.name)}</b>: {esc(str(err))}</p>")
             continue
         if record is None:
             state = ("does not exist yet" if not folder.is_dir()
                      else "has no grid.json (not written by the grid runner)")
-            blocks.append(f"<p><b>{_esc(folder.name)}</b>: the folder {_esc(rel)} {state}.</p>")
+            blocks.append(f"<p><b>{esc(folder.name)}</b>: the folder {esc(rel)} {state}.</p>")
             continue
         counts = record.get("counts") or {}
         configs = record.get("configurations") or []
         done = counts.get("ok", 0) + counts.get("skipped", 0)
         state = "finished" if record.get("finished") else "not finished"
-        head = (f"<p><b><a href=\"{_href(rel + '/index.html')}\">{_esc(record.get('grid', folder.name))}</a></b>: "
+        head = (f"<p><b><a href=\"{href(rel + '/index.html')}\">{esc(record.get('grid', folder.name))}</a></b>: "
                 f"{done} of {len(configs)} configurations finished, {counts.get('failed', 0)} failed "
-                f"({state}; executor {_esc(record.get('executor', '?'))}; grid file {_esc(record.get('source', ''))}).</p>")
+                f"({state}; executor {esc(record.get('executor', '?'))}; grid file {esc(record.get('source', ''))}).</p>")
         rows = []
         for c in configs:
             name = c.get("name", "")
             page = c.get("html")
-            link = f"<a href=\"{_href(rel + '/' + page)}\">{_esc(name)}</a>" if page else _esc(name)
+            link = f"<a href=\"{href(rel + '/' + page)}\">{esc(name)}</a>" if page else esc(name)
             status = c.get("status", "?")
             shown = "finished earlier" if status == "skipped" else status
             cls = "skipped-done" if status == "skipped" else status
             detail = ""
             if status == "failed":
                 detail = (f"code cell {c['failed_cell']}: " if c.get("failed_cell") else "") + str(c.get("error") or "")
-            rows.append(f"<tr><td>{link}</td><td><span class=\"badge s-{_esc(cls)}\">{_esc(shown)}</span></td>"
-                        f"<td>{_duration(c.get('elapsed_s'))}</td><td class=\"evidence\">{_esc(detail)}</td></tr>")
+            rows.append(f"<tr><td>{link}</td><td><span class=\"badge s-{esc(cls)}\">{esc(shown)}</span></td>"
+                        f"<td>{duration(c.get('elapsed_s'))}</td><td class=\"evidence\">{esc(detail)}</td></tr>")
         table = ("<details><summary>run folders</summary><table><tr><th>configuration</th><th>status</th>"
                  "<th>run time</th><th>detail</th></tr>\n" + "\n".join(rows) + "</table></details>") if rows else ""
         blocks.append(head + table)
@@ -520,19 +401,19 @@ def render_landing(out_dir: Path, report: str, results: Sequence[Any], params_so
     by_name = {r.name: r for r in results}
     total = sum(r.elapsed_s or 0.0 for r in results)
     stamp = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-    commit = _git_commit(root)
-    meta = [f"params {_esc(params_source or '-')}", f"written {stamp}", f"on {_esc(socket.gethostname())} "
-            f"({os.cpu_count()} cores)", f"notebook run time {_duration(total) or '0 s'}"]
+    commit = git_commit(root)
+    meta = [f"params {esc(params_source or '-')}", f"written {stamp}", f"on {esc(socket.gethostname())} "
+            f"({os.cpu_count()} cores)", f"notebook run time {duration(total) or '0 s'}"]
     if commit:
-        meta.insert(1, f"commit {_esc(commit)}")
+        meta.insert(1, f"commit {esc(commit)}")
     cards = "\n".join(_card(out_dir, r) for r in results)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>heavytail report {_esc(report)}: {state}</title>
+<title>heavytail report {esc(report)}: {state}</title>
 <style>{_CSS}</style>
 </head><body>
-<p class="status {state}" id="status">{_esc(first_line)}</p>
-<h1>heavytail report: {_esc(report)}</h1>
+<p class="status {state}" id="status">{esc(first_line)}</p>
+<h1>heavytail report: {esc(report)}</h1>
 <p class="meta">{' · '.join(meta)}</p>
 <h2 id="paper">The paper's claims</h2>
 {_paper_section(root)}

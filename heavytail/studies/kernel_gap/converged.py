@@ -252,7 +252,7 @@ def summary(design: Sequence[Mapping[str, Any]], converged: Sequence[Mapping[str
 def selection_runs(shipped_map: str, grid_dir: str | None, select_grid: str) -> list[Mapping[str, Any]]:
     """A selection stage's runs: the shipped map's (``shipped_map``), with ``grid_dir``'s finished runs added (a grid
     resumed in a fresh folder holds only what it ran). ValueError when ``grid_dir`` holds no grid."""
-    from heavytail.studies import reference_maps
+    from heavytail.studies import reference_maps, ship_map
     from heavytail.studies.grid_folder import GRID_JSON
     from heavytail.studies.run_summary import collect
 
@@ -262,7 +262,7 @@ def selection_runs(shipped_map: str, grid_dir: str | None, select_grid: str) -> 
         if not (Path(grid_dir) / GRID_JSON).is_file():
             raise ValueError(f"{grid_dir} holds no grid.json; run python -m heavytail grid {select_grid} first")
         fresh = collect(grid_dir)
-        runs, _ = reference_maps.merged_runs(fresh, runs, [r["name"] for r in [*runs, *fresh]])
+        runs, _ = ship_map.merged_runs(fresh, runs, [r["name"] for r in [*runs, *fresh]])
     return runs
 
 
