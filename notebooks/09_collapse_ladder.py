@@ -186,10 +186,7 @@ if followup:
     show(claims.compact_table(followup, "Where softmax learns first: the screen's follow-up (6,000 steps)"), art,
          "mechanism_followup")
 else:
-    setting, why = collapse.mechanism_followup.choice(collapse.mechanism.screen_states(screen.runs))
-    display(Markdown(f"**The follow-up** (the cheapest setting where softmax learns, six seeds, 6,000 steps, P5's "
-                     f"rule): not run; {why}."
-                     + (" Its grid: `python -m heavytail mechanism-followup`." if setting else "")))
+    display(Markdown(collapse.mechanism_views.followup_text(screen.runs)))
 
 # %% [markdown]
 # ## Every claim with its evidence

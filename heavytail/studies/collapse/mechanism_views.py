@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 from heavytail.names import LOG_ELU, SOFTMAX_SDPA, variant_color
 from heavytail.studies import claims as C
 from heavytail.studies.collapse import mechanism as M
+from heavytail.studies.collapse import mechanism_followup as F
 from heavytail.studies.collapse import tables56 as T
 
 Run = Mapping[str, Any]
@@ -85,3 +86,12 @@ def screen_summary(runs: Sequence[Run]) -> str:
         parts.append(f"not screened yet: {', '.join(missing + said['not run'])}")
     return "The screen: " + "; ".join(parts) + f" (the first {M.SCREEN_STEPS:,} steps, seeds " \
         f"{', '.join(map(str, M.SCREEN_SEEDS))})."
+
+
+def followup_text(screen_runs: Sequence[Run]) -> str:
+    """One sentence for a follow-up that has not run: which setting the screen chooses (or why none yet), and the
+    command that writes its grid once there is one."""
+    setting, why = F.choice(M.screen_states(screen_runs))
+    return (f"**The follow-up** (the cheapest setting where softmax learns, {len(F.SEEDS)} seeds, "
+            f"{T.RECIPE['steps']:,} steps, P5's rule): not run; {why}."
+            + (" Its grid: `python -m heavytail mechanism-followup`." if setting else ""))
