@@ -231,3 +231,34 @@ def test_the_long_claims_are_named_apart_and_say_the_rates_were_not_reselected()
     assert found["fair-long-gap-n256"]["verdict"] == C.REPRODUCED and "fair-gap-n256" not in found
     assert f"{F.LONG_BUDGET:,}-step" in found["fair-long-gap-n256"]["claim"]
     assert "not reselected" in found["fair-long-gap-n256"]["evidence"]
+
+
+def test_the_notebook_says_per_budget_how_many_runs_flattened_and_draws_each_budget():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from heavytail.studies.kernel_gap import converged_plots
+
+    steps = list(range(F.VAL_EVERY, F.BUDGET + 1, F.VAL_EVERY))
+    falling = [-0.001 * s for s in steps]
+    flat = [max(-2.0, -0.002 * s) for s in steps]
+    runs = [_run(3, 256, SOFTMAX, curve=falling), _run(3, 256, LOG_ELU, curve=flat), _run(0, 256, SOFTMAX, curve=flat)]
+    long_run = _run(3, 256, SOFTMAX, curve=flat)
+    long_run["config"] = {**long_run["config"], "steps": F.LONG_BUDGET}
+    budgets = F.by_budget(runs, [long_run])
+    assert list(budgets) == [F.BUDGET, F.LONG_BUDGET] and len(budgets[F.BUDGET]) == 2  # seed 0 selects, never decides
+    text = F.flat_sentence(runs, [long_run])
+    assert "at 3,000 steps (1 seeds), softmax, SDPA (flash-style backward) 0 of 1" in text and "log_elu 1 of 1" in text
+    assert "at 12,000 steps" in text and "not at convergence" in text
+    assert F.flat_sentence([]) .startswith("No deciding run")
+    converged_plots.budget_figure(budgets)
+
+
+def test_until_the_deciding_seeds_exist_the_figure_shows_the_selection_seeds_at_their_chosen_rates():
+    select_runs = _selection(best_lr=3e-3)
+    shown = F.shown_recipes([], [], select_runs, [])
+    assert list(shown) == ["fair recipe, selection seeds 0-2"]
+    assert {r["config"]["lr"] for r in shown["fair recipe, selection seeds 0-2"]} == {3e-3}
+    deciding = _deciding(0.0, np.random.default_rng(3), ns=(256,))
+    shown = F.shown_recipes([], [], select_runs, deciding, deciding)
+    assert list(shown) == [f"fixed {F.BUDGET:,}-step budget, best weights", f"fixed {F.LONG_BUDGET:,}-step budget, best weights"]

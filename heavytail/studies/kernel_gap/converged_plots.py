@@ -90,3 +90,24 @@ def validation_figure(select_runs: Sequence[Mapping], selections: Sequence[CG.Se
         ax.legend(fontsize=6, frameon=False)
     axes[0][0].set_ylabel("validation: mean log energy distance")
     return fig
+
+
+def budget_figure(by_budget: Mapping[int, Sequence[Mapping]]):
+    """One panel per step budget: each deciding run's validation score against steps (one line per seed, a colour
+    per variant), the last quarter, which the flattened check reads, shaded."""
+    fig, axes = plt.subplots(1, max(1, len(by_budget)), figsize=(4.2 * max(1, len(by_budget)), 3.2),
+                             constrained_layout=True, squeeze=False, sharey=True)
+    for ax, (steps, runs) in zip(axes[0], by_budget.items()):
+        labelled = set()
+        for r in runs:
+            v, tr = variant(r), r.get("trace") or {}
+            ax.plot(tr.get("val_step", []), tr.get("val_log_energy", []), color=variant_color(v), lw=0.7, alpha=0.6,
+                    label=None if v in labelled else variant_name(v))
+            labelled.add(v)
+        ax.axvspan(0.75 * steps, steps, color="0.92", zorder=0)
+        ax.set_title(f"{steps:,}-step budget, seeds {min(r['config']['seed'] for r in runs)}-"
+                     f"{max(r['config']['seed'] for r in runs)}", fontsize=9)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=6, frameon=False)
+    axes[0][0].set_ylabel("validation: mean log energy distance")
+    return fig

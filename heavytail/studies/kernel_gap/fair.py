@@ -279,6 +279,55 @@ def long_findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{**c, "evidence": c["evidence"] + note} for c in found]
 
 
+# ------------------------------------------------------------------------------------ what notebook 07 shows
+def by_budget(runs: Sequence[Mapping[str, Any]], long_runs: Sequence[Mapping[str, Any]] = ()
+              ) -> dict[int, list[Mapping[str, Any]]]:
+    """The deciding runs per step budget (``BUDGET``, ``LONG_BUDGET``), each budget present only when it has runs."""
+    out: dict[int, list[Mapping[str, Any]]] = {}
+    for r in [*runs, *long_runs]:
+        if r["config"]["seed"] in DECIDE_SEEDS:
+            out.setdefault(int(r["config"]["steps"]), []).append(r)
+    return dict(sorted(out.items()))
+
+
+def flat_sentence(runs: Sequence[Mapping[str, Any]], long_runs: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Per budget and variant, how many deciding runs flattened (the registered check), as one sentence: what says
+    whether a verdict is one at convergence or only at its budget."""
+    parts = []
+    for steps, rs in by_budget(runs, long_runs).items():
+        counts = []
+        for v in VARIANTS:
+            flat, judged = flat_share([r for r in rs if variant(r) == v])
+            if judged:
+                counts.append(f"{variant_name(v)} {flat} of {judged}")
+        seeds = len({r["config"]["seed"] for r in rs})
+        parts.append(f"at {steps:,} steps ({seeds} seeds), " + ", ".join(counts))
+    if not parts:
+        return "No deciding run of the fair recipe has been shipped yet."
+    return (f"**Flattened** (the best validation score of the last quarter within x{math.exp(FLAT_TOLERANCE):.2f} of "
+            "the score where the quarter starts): " + "; ".join(parts) + ". A verdict whose runs did not all flatten "
+            "is a verdict at its budget, not at convergence.")
+
+
+def shown_recipes(design: Sequence[Mapping[str, Any]], converged: Sequence[Mapping[str, Any]],
+                  select_runs: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]],
+                  long_runs: Sequence[Mapping[str, Any]] = ()) -> dict[str, list[Mapping[str, Any]]]:
+    """The recipes the gap-against-N figure compares, label -> runs (the fair ones scored at their best weights):
+    until the deciding seeds exist, the selection seeds at their chosen rates stand in (they decide nothing)."""
+    if runs:
+        fair = [at_best(r) for r in runs]
+        label = f"fixed {BUDGET:,}-step budget, best weights"
+    else:
+        chosen = {(s.variant, s.n_points): s.lr for s in select(select_runs)}
+        fair = [at_best(r) for r in select_runs if chosen.get((variant(r), r["config"]["n_points"]))
+                == r["config"]["lr"]]
+        label = f"fair recipe, selection seeds {SELECT_SEEDS[0]}-{SELECT_SEEDS[-1]}"
+    out = {"design recipe": list(design), "stopping rule, own lr": list(converged), label: fair}
+    if long_runs:
+        out[f"fixed {LONG_BUDGET:,}-step budget, best weights"] = [at_best(r) for r in long_runs]
+    return {k: v for k, v in out.items() if v}
+
+
 # ------------------------------------------------------------------------------------ command
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m heavytail select-lr-fair [GRID_DIR]``: apply the fair recipe's selection rule to stage 1's finished
