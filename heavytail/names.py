@@ -56,6 +56,7 @@ class KernelRow:
         paper: one of Table 1's four kernels (the paper's tables and figures list exactly these).
         form: the closed form :mod:`heavytail.science.kernels` builds the functions from, or None for hand-written
             functions registered under the kernel's name. ``"power_elu"``: g(s) = (1 + elu(s))^order (App. A).
+        short: its name in running text, table cells and legends (:func:`variant_name`).
     """
 
     label: str
@@ -64,21 +65,24 @@ class KernelRow:
     color: str
     paper: bool = False
     form: str | None = None
+    short: str = ""
 
 
 # Table 1's kernels first, fastest-growing first (the paper's table order); then the power-ELU family of
 # App. A, g_q(s) = (1 + elu(s))^q: C^1 at 0 with g(0) = 1, Table 1's linear and squared ELU at q = 1 and 2.
 KERNEL_ROWS: dict[str, KernelRow] = {
-    "softmax": KernelRow("Softmax (e^s)", "exponential", math.inf, "tab:red", paper=True),
-    "squared_elu": KernelRow("Squared ELU ((s+1)^2)", "quadratic", 2.0, "tab:purple", paper=True),
-    "linear_elu": KernelRow("Linear ELU (s+1)", "linear", 1.0, "tab:green", paper=True),
-    "log_elu": KernelRow("Log ELU (log(1+s)+1)", "logarithmic", 0.0, "tab:blue", paper=True),
-    "elu_pow0.5": KernelRow("Power ELU ((s+1)^0.5)", "square root", 0.5, "tab:olive", form="power_elu"),
-    "elu_pow1.5": KernelRow("Power ELU ((s+1)^1.5)", "power 1.5", 1.5, "tab:cyan", form="power_elu"),
-    "elu_pow3": KernelRow("Power ELU ((s+1)^3)", "cubic", 3.0, "tab:brown", form="power_elu"),
+    "softmax": KernelRow("Softmax (e^s)", "exponential", math.inf, "tab:red", paper=True, short="softmax"),
+    "squared_elu": KernelRow("Squared ELU ((s+1)^2)", "quadratic", 2.0, "tab:purple", paper=True, short="squared ELU"),
+    "linear_elu": KernelRow("Linear ELU (s+1)", "linear", 1.0, "tab:green", paper=True, short="linear ELU"),
+    "log_elu": KernelRow("Log ELU (log(1+s)+1)", "logarithmic", 0.0, "tab:blue", paper=True, short="log-ELU"),
+    "elu_pow0.5": KernelRow("Power ELU ((s+1)^0.5)", "square root", 0.5, "tab:olive", form="power_elu",
+                            short="ELU^0.5"),
+    "elu_pow1.5": KernelRow("Power ELU ((s+1)^1.5)", "power 1.5", 1.5, "tab:cyan", form="power_elu",
+                            short="ELU^1.5"),
+    "elu_pow3": KernelRow("Power ELU ((s+1)^3)", "cubic", 3.0, "tab:brown", form="power_elu", short="ELU^3"),
     # Prieto et al.'s StableMax: s + 1 for s >= 0, 1 / (1 - s) below; a bounded-growth replacement for softmax
     # tested as an intervention at Table 3's model (linear growth, as Table 1's linear ELU, a softer negative tail)
-    "stablemax": KernelRow("StableMax (s+1; 1/(1-s))", "linear (StableMax)", 1.0, "tab:gray"),
+    "stablemax": KernelRow("StableMax (s+1; 1/(1-s))", "linear (StableMax)", 1.0, "tab:gray", short="StableMax"),
 }
 # Table 1's kernels, in its order: what the paper's tables, figures and notebooks iterate.
 KERNELS = tuple(k for k, row in KERNEL_ROWS.items() if row.paper)
@@ -182,6 +186,23 @@ SQUARED_ELU = ("squared_elu", "auto")  # Table 1's polynomial kernel of degree 2
 # The softmax variants other than SDPA get colours of their own; every other variant takes its kernel's colour. The
 # one colour map of variants every figure reads (no kernel has these colours).
 VARIANT_COLORS = {SOFTMAX_EXACT: "tab:orange", SOFTMAX_F32: "darkred"}
+# The named softmax variants' names; every other variant is named by its kernel's short name. The one list of
+# variant names every table, figure and sentence reads (:func:`variant_name`).
+VARIANT_NAMES = {SOFTMAX_SDPA: "softmax (SDPA)", SOFTMAX_EXACT: "softmax (exact float32)",
+                 SOFTMAX_F32: "softmax (float32 attention)"}
+
+
+def variant_name(v: tuple[str, str]) -> str:
+    """A variant's name in every table, figure and sentence: ``"softmax (SDPA)"``, ``"log-ELU"``; softmax through
+    another path names it (``"softmax (flex_attention)"``); a kernel without a short name is named by its key."""
+    v = tuple(v)
+    if v in VARIANT_NAMES:
+        return VARIANT_NAMES[v]
+    row = KERNEL_ROWS.get(v[0])
+    kernel = (row.short if row is not None and row.short else v[0])
+    if v[0] in PATH_KERNELS and v[1] not in ("auto", AUTO_PATH):
+        return f"{kernel} ({BACKEND_LABELS.get(v[1], v[1])})"
+    return kernel
 
 
 def variant_color(v: tuple[str, str]) -> str:
@@ -272,13 +293,10 @@ def hill_k(n: int, phi: float) -> int:
 
 
 def variant_label(kernel: str, backend: str = "auto", precision: str = "float32") -> str:
-    """How a figure names one (kernel, attention path, precision) variant, e.g. 'softmax, SDPA ...'."""
-    parts = [kernel]
-    if backend != "auto":
-        parts.append(BACKEND_LABELS.get(backend, backend))
-    if precision != "float32":
-        parts.append(precision)
-    return ", ".join(parts)
+    """How a figure names one (kernel, attention path, precision) run: its variant's name (:func:`variant_name`),
+    with the precision when it is not float32, e.g. ``"softmax (SDPA), bf16"``."""
+    name = variant_name(variant_of(kernel, backend))
+    return name if precision == "float32" else f"{name}, {precision}"
 
 
 def _check() -> None:

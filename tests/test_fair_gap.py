@@ -248,7 +248,7 @@ def test_the_notebook_says_per_budget_how_many_runs_flattened_and_draws_each_bud
     budgets = F.by_budget(runs, [long_run])
     assert list(budgets) == [F.BUDGET, F.LONG_BUDGET] and len(budgets[F.BUDGET]) == 2  # seed 0 selects, never decides
     text = F.flat_sentence(runs, [long_run])
-    assert "at 3,000 steps (1 seeds), softmax, SDPA (flash-style backward) 0 of 1" in text and "log_elu 1 of 1" in text
+    assert "at 3,000 steps (1 seeds), softmax (SDPA) 0 of 1" in text and "log-ELU 1 of 1" in text
     assert "at 12,000 steps" in text and "not at convergence" in text
     assert F.flat_sentence([]) .startswith("No deciding run")
     converged_plots.budget_figure(budgets)

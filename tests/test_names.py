@@ -178,8 +178,13 @@ def test_hill_k_is_floor_phi_n_and_refuses_an_empty_threshold():
 
 
 def test_variant_labels_name_the_attention_path():
-    assert names.variant_label("softmax") == "softmax"
-    assert names.variant_label("softmax", "sdpa", "bf16") == "softmax, SDPA (flash-style backward), bf16"
+    assert names.variant_label("softmax") == "softmax (SDPA)" and names.variant_label("log_elu") == "log-ELU"
+    assert names.variant_label("softmax", "sdpa", "bf16") == "softmax (SDPA), bf16"
+    assert names.variant_label("softmax", "flex") == "softmax (flex_attention)"
+    # one name per variant everywhere: the ladder's tables read the same list
+    from heavytail.studies.collapse.ladder import VARIANT_LABELS
+
+    assert all(label == names.variant_name(v) for v, label in VARIANT_LABELS.items())
 
 
 def _variant_literals(source: str) -> list[str]:

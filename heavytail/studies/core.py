@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from heavytail.names import variant_color as names_variant_color
-from heavytail.names import BACKEND_LABELS, kernel_names, label_backends, variant_of
+from heavytail.names import kernel_names, label_backends, variant_name, variant_of  # noqa: F401  (variant_name: re-exported)
 # The variants the claims compare (heavytail.names): softmax through SDPA's flash-style backward, softmax through
 # exact float32 attention, and the slowest-growing kernel of Table 1.
 from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA  # noqa: F401  (re-exported)
@@ -83,13 +83,6 @@ def path_mismatches(runs: Iterable[Mapping[str, Any]]) -> list[str]:
             except PathMismatch as err:
                 out.append(str(err))
     return out
-
-
-def variant_name(v: tuple[str, str]) -> str:
-    kernel, backend = v
-    if kernel == "softmax":
-        return f"softmax, {BACKEND_LABELS[backend]}"
-    return kernel
 
 
 def variant_color(v: tuple[str, str]) -> str:

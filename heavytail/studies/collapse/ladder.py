@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from heavytail.harness.cpu_bf16 import PATHS as BF16_PATHS
-from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_F32, SOFTMAX_SDPA, SQUARED_ELU
+from heavytail.names import LOG_ELU, SOFTMAX_EXACT, SOFTMAX_F32, SOFTMAX_SDPA, SQUARED_ELU, variant_name
 from heavytail.studies import claims as C
 from heavytail.studies.collapse import tables56, tables56_rules
 from heavytail.studies.core import collapsed_steps, map_extent, paired_by_seed, variant  # noqa: F401  (variant: re-exported)
@@ -64,8 +64,7 @@ NOTEBOOK = "09_collapse_ladder"
 MIN_SEEDS = 6
 # The variants (heavytail.names): SOFTMAX_F32 is R3's softmax attention in float32 under bf16 autocast,
 # SOFTMAX_EXACT R1's exact float32 softmax (the 3,000-step grid).
-VARIANT_LABELS = {SOFTMAX_SDPA: "softmax (SDPA)", SOFTMAX_F32: "softmax (float32 attention)",
-                  SOFTMAX_EXACT: "softmax (exact float32)", LOG_ELU: "log-ELU", SQUARED_ELU: "squared ELU"}
+VARIANT_LABELS = {v: variant_name(v) for v in (SOFTMAX_SDPA, SOFTMAX_F32, SOFTMAX_EXACT, LOG_ELU, SQUARED_ELU)}
 # The slower kernels softmax is compared with, in rule order: log-ELU on every rung (rules 1-3), squared ELU
 # where it ran (rule 6); the claim-id suffix names the partner.
 PARTNERS = ((LOG_ELU, ""), (SQUARED_ELU, "-squared"))
