@@ -39,10 +39,11 @@ _RECIPE_KEYS = ("lr", "warmup_steps", "n_points", "trials_per_step", "steps", "e
 def choice(states: Mapping[str, str]) -> tuple[str | None, str]:
     """(the setting to follow, or None; why) from :func:`mechanism.screen_states`: the first "yes" in
     :data:`mechanism.SETTINGS`'s order after only "no"s."""
-    for name in M.SETTINGS:
+    for i, name in enumerate(M.SETTINGS):
         state = states.get(name, "not run")
         if state == "yes":
-            return name, f"{name}: softmax learns on every screened seed, and every cheaper setting did not"
+            return name, (f"{name}: softmax learns on every screened seed, "
+                          + ("and every cheaper setting did not" if i else "the cheapest setting screened"))
         if state != "no":
             return None, f"{name} is not decided yet ({state}); the setting followed is the cheapest that learns, so it waits for {name}"
     return None, "softmax learns in no screened setting: there is nothing to follow"
