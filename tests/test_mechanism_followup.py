@@ -70,10 +70,19 @@ def test_softmax_that_never_learns_is_not_figure_13s_shape(tmp_path):
     assert shape["verdict"] == C.NOT_REPRODUCED and "never learned 6" in shape["evidence"]
 
 
-def test_an_undecided_screen_is_one_line_and_exit_2(tmp_path, capsys):
+def test_an_undecided_screen_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    from heavytail.studies import reference_maps
+
+    monkeypatch.setattr(reference_maps, "source", lambda name, local=None, root=None: reference_maps.Source(
+        name, (), name, "absent", {}))
     assert cli_main(["mechanism-followup", "--output", str(tmp_path / "x.yaml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no follow-up yet" in err[0] and not (tmp_path / "x.yaml").exists()
+
+
+def test_the_committed_followup_grid_is_what_the_command_writes_from_the_shipped_screen(tmp_path):
+    assert cli_main(["mechanism-followup", "--output", str(tmp_path / "x.yaml")]) == 0
+    assert yaml.safe_load(open(tmp_path / "x.yaml")) == yaml.safe_load(open(F.FOLLOWUP_GRID))
 
 
 def test_the_notebooks_sentence_names_the_setting_it_waits_for_or_the_command():
