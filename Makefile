@@ -45,11 +45,11 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-# The slowest tests are listed at the end of every run. The suite runs in one process: the smoke report (a session
-# fixture that first removes its folder) must be built once, and pytest-xdist workers would each build it.
+# The test files run side by side, one pytest-xdist worker per core (at most 4), a file's tests on one worker; the
+# smoke report is built once per run and shared (tests/conftest.py). The slowest tests are listed at the end.
 test: install
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile --durations=25
 
 report: install
 	$(PY) -m heavytail report $(PARAMS)

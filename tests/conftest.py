@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -26,12 +27,11 @@ def tiny_cfg() -> RunConfig:
 
 
 # ------------------------------------------------------------------------------ tiers and workers
-# What each test file starts beyond Python (a marker per system, so `pytest -m "not slurm"` leaves it out), and the
-# files that read the smoke report. Under pytest-xdist (`make test`: --dist loadgroup) every file runs on one worker,
-# so a module's fixtures are built once, and the smoke report's readers share a worker, so it is built once.
+# What each test file starts beyond Python: a marker per system, so `pytest -m "not slurm"` leaves it out.
+# `make test` runs the files side by side (pytest-xdist, --dist loadfile: a file's tests on one worker, so a
+# module's fixtures are built once).
 SYSTEMS = {"test_slurm.py": "slurm", "test_browser.py": "browser", "test_report.py": "notebooks",
            "test_flash_native.py": "native"}
-SMOKE_READERS = {"test_browser.py", "test_report.py"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -39,7 +39,6 @@ def pytest_collection_modifyitems(config, items):
         name = Path(str(item.fspath)).name
         if name in SYSTEMS:
             item.add_marker(getattr(pytest.mark, SYSTEMS[name]))
-        item.add_marker(pytest.mark.xdist_group("smoke-report" if name in SMOKE_READERS else name))
 
 
 # ------------------------------------------------------------------------- the smoke report, once
@@ -52,19 +51,34 @@ class SmokeReport:
 
 @pytest.fixture(scope="session")
 def smoke_report() -> SmokeReport:
-    """params/smoke.yaml through the report runner, once per test session (minutes: every notebook and
-    its grids), into ``outputs/smoke/`` or ``$HEAVYTAIL_SMOKE_DIR``, where a person can open afterwards what
-    the tests checked. An earlier report there is removed first, so that no file of it passes for this one's."""
+    """params/smoke.yaml through the report runner, once per test run (minutes: every notebook and its grids),
+    into ``outputs/smoke/`` or ``$HEAVYTAIL_SMOKE_DIR``, where a person can open afterwards what the tests
+    checked. An earlier run's report there is removed first, so that no file of it passes for this one's.
+
+    Workers of one run share it: the first to ask builds it under a lock and stamps the folder with the run's
+    id (PYTEST_XDIST_TESTRUNUID); a worker that finds its run's stamp reads the results from ``index.json``."""
+    import fcntl
+
+    from heavytail.pipeline.notebook import NotebookResult
     from heavytail.pipeline.report import ReportParams, run_report
 
     root = repo_root(Path(__file__).parent)
     out = Path(os.environ.get("HEAVYTAIL_SMOKE_DIR") or root / "outputs" / "smoke")
-    if out.is_dir() and ((out / "index.json").is_file() or not any(out.iterdir())):
-        shutil.rmtree(out)
-    elif out.exists():
-        pytest.fail(f"{out} exists and is not a report folder; point HEAVYTAIL_SMOKE_DIR elsewhere")
     params = ReportParams.from_yaml(root / "params" / "smoke.yaml")
-    results = run_report(params, output_dir=out, progress=False)
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}"
+    stamp = out / ".test-run"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.is_file() and stamp.read_text() == run_id:
+            index = json.loads((out / "index.json").read_text())
+            return SmokeReport(out, params, {d["name"]: NotebookResult(**d) for d in index["notebooks"]})
+        if out.is_dir() and ((out / "index.json").is_file() or not any(out.iterdir())):
+            shutil.rmtree(out)
+        elif out.exists():
+            pytest.fail(f"{out} exists and is not a report folder; point HEAVYTAIL_SMOKE_DIR elsewhere")
+        results = run_report(params, output_dir=out, progress=False)
+        stamp.write_text(run_id)
     return SmokeReport(out, params, {r.name: r for r in results})
 
 

@@ -83,6 +83,16 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+class _InRun:
+    """One file of the run folder as a read-only attribute: ``RunDir(p).config_path`` is ``p / CONFIG``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, run: "RunDir | None", owner: type | None = None) -> "Path | _InRun":
+        return self if run is None else run.path / self.name
+
+
 @dataclass(frozen=True)
 class RunDir:
     """Paths and states of one run folder (nothing is created until someone writes there)."""
@@ -96,41 +106,15 @@ class RunDir:
         return str(self.path)
 
     # ------------------------------------------------------------------------------------ paths
-    @property
-    def config_path(self) -> Path:
-        return self.path / CONFIG
-
-    @property
-    def metrics_path(self) -> Path:
-        return self.path / METRICS
-
-    @property
-    def checkpoints_dir(self) -> Path:
-        return self.path / CHECKPOINTS
-
-    @property
-    def model_path(self) -> Path:
-        return self.path / MODEL
-
-    @property
-    def best_model_path(self) -> Path:
-        return self.path / BEST_MODEL
-
-    @property
-    def train_summary_path(self) -> Path:
-        return self.path / TRAIN_SUMMARY
-
-    @property
-    def complete_path(self) -> Path:
-        return self.path / COMPLETE
-
-    @property
-    def results_path(self) -> Path:
-        return self.path / RESULTS
-
-    @property
-    def execution_path(self) -> Path:
-        return self.path / EXECUTION
+    config_path = _InRun(CONFIG)
+    metrics_path = _InRun(METRICS)
+    checkpoints_dir = _InRun(CHECKPOINTS)
+    model_path = _InRun(MODEL)
+    best_model_path = _InRun(BEST_MODEL)
+    train_summary_path = _InRun(TRAIN_SUMMARY)
+    complete_path = _InRun(COMPLETE)
+    results_path = _InRun(RESULTS)
+    execution_path = _InRun(EXECUTION)
 
     def checkpoint_path(self, step: int) -> Path:
         return self.checkpoints_dir / f"step_{step:08d}.pt"
