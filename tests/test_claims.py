@@ -324,3 +324,14 @@ def test_one_seed_with_both_variants_is_undecided_not_an_error():
     assert d.verdict == C.UNDECIDED and d.estimate.n == 1
     text = C.render(C.make_claim("x", "A exceeds B", "Sec. 1", "paper", d, "A - B", "N 1", "", {}).to_dict())
     assert "inf" not in text and "no interval from one seed" in text, text
+
+
+def test_the_compact_table_names_each_claims_seeds_once():
+    from heavytail.studies.claims import compact_table
+
+    ratio = {"id": "a", "verdict": "reproduced", "statistic": "ratio", "estimate": 1.22, "low": 1.01, "high": 1.47,
+             "seeds": 10}
+    count = {"id": "b", "verdict": "undecided at this power", "statistic": "runs collapsed", "estimate": 3,
+             "low": None, "high": None, "seeds": 6}
+    effects = [row["effect (95 % interval)"] for row in compact_table([ratio, count], "t")["rows"]]
+    assert effects == ["ratio 1.22 (95 % interval [1.01, 1.47]), 10 seeds", "runs collapsed: 3; 6 seeds"]

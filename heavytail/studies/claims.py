@@ -439,8 +439,10 @@ def compact_table(found: Sequence[Claim | Mapping[str, Any]], title: str) -> dic
     rows = []
     for c in found:
         d = c.to_dict() if isinstance(c, Claim) else c
-        seeds = seeds_text(d)
+        seeds, effect = seeds_text(d), statistic_text(d)
+        if seeds not in ("0", "n/a") and not effect.endswith(f", {seeds} seeds"):  # a count names no seeds itself
+            effect += f"; {seeds} seeds"
         rows.append({"id": d["id"], "verdict": {"text": d["verdict"], "bold": True, "color": VERDICT_COLORS[d["verdict"]]},
-                     "effect (95 % interval)": statistic_text(d) + (f"; {seeds} seeds" if seeds not in ("0", "n/a") else "")})
+                     "effect (95 % interval)": effect})
     return {"title": title, "columns": ["id", "verdict", "effect (95 % interval)"], "rows": rows,
             "notes": "Each claim's sentence, the scale that decided it and its evidence are in the table at the end."}
