@@ -26,12 +26,14 @@ from heavytail.studies.collapse import mechanism as M
 from heavytail.studies.collapse import tables56 as T
 from heavytail.studies.collapse import tables56_rules as R
 from heavytail.studies.core import map_extent
+from heavytail.studies.reference_maps import MAPS
 
 Run = Mapping[str, Any]
 SEEDS = T.SEEDS
 KERNELS = ({"kernel": "softmax", "attention_backend": "sdpa"}, {"kernel": "log_elu", "attention_backend": "auto"})
-SCREEN_GRID = "params/grid_mechanism_screen.yaml"
-FOLLOWUP_GRID = "params/grid_mechanism_followup.yaml"
+# The grid files the shipped maps name (heavytail.studies.reference_maps.MAPS owns them).
+SCREEN_GRID = MAPS["mechanism-screen"].grid
+FOLLOWUP_GRID = MAPS["mechanism-followup"].grid
 # R2's recipe keys a setting may change, and the follow-up's length and evaluation (tables56.RECIPE)
 _RECIPE_KEYS = ("lr", "warmup_steps", "n_points", "trials_per_step", "steps", "eval_trials")
 
