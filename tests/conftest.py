@@ -14,6 +14,17 @@ import pytest
 from heavytail.harness.artifacts import repo_root
 from heavytail.harness.config import RunConfig
 
+# Under pytest-xdist the workers share the cores: each worker's torch, and the processes its tests start (notebook
+# kernels read OMP_NUM_THREADS), gets its share of the threads instead of all of them each, which oversubscribes the
+# cores. A test that needs a thread count sets it itself; a thread count set outside the run is kept.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    import torch
+
+    _SHARE = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    if "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(_SHARE)
+        torch.set_num_threads(_SHARE)
+
 TINY = dict(
     d_model=16, n_blocks=1, d_ff=32, n_points=64, trials_per_step=4, steps=12, warmup_steps=2,
     eval_trials=8, eval_n_points=256, eval_batch_trials=4, bootstrap_resamples=200,
