@@ -332,8 +332,7 @@ class Claim:
 
 def seeds_text(claim: Mapping[str, Any]) -> str:
     """The seeds column of a claim record: its seed count, or "n/a" for a computed claim."""
-    seeds = claim.get("seeds", 0)
-    return "n/a" if seeds is None else str(seeds)
+    return "n/a" if claim.get("seeds", 0) is None else str(claim.get("seeds", 0))
 
 
 def make_claim(id: str, claim: str, source: str, paper: str, decision: Decision, statistic: str, scale: str,
@@ -385,11 +384,16 @@ def statistic_text(c: Claim | Mapping[str, Any]) -> str:
         return "n/a"
     if d.get("low") is None:  # a count, not an estimate
         return f"{d['statistic']}: {fmt(d['estimate'])}"
-    seeds = "" if d.get("seeds") is None else f", {d['seeds']} seeds"
+    seeds = f", {d['seeds']} seeds" if names_seeds(d) else ""
     if unbounded(d):
         return f"{d['statistic']} {fmt(d['estimate'])} (no interval from one seed){seeds}"
     # Brackets, not a dash: a dash between two signed numbers ("-0.9-1.9") misreads.
     return f"{d['statistic']} {fmt(d['estimate'])} (95 % interval{interval_text(d)}){seeds}"
+
+
+def names_seeds(d: Mapping[str, Any]) -> bool:
+    """Whether :func:`statistic_text` names the claim's seeds: an estimate with an interval does, a count does not."""
+    return d.get("estimate") is not None and d.get("low") is not None and d.get("seeds") is not None
 
 
 def unbounded(d: Mapping[str, Any]) -> bool:
@@ -439,10 +443,8 @@ def compact_table(found: Sequence[Claim | Mapping[str, Any]], title: str) -> dic
     rows = []
     for c in found:
         d = c.to_dict() if isinstance(c, Claim) else c
-        seeds, effect = seeds_text(d), statistic_text(d)
-        if seeds not in ("0", "n/a") and not effect.endswith(f", {seeds} seeds"):  # a count names no seeds itself
-            effect += f"; {seeds} seeds"
+        seeds = "" if seeds_text(d) in ("0", "n/a") or names_seeds(d) else f"; {seeds_text(d)} seeds"
         rows.append({"id": d["id"], "verdict": {"text": d["verdict"], "bold": True, "color": VERDICT_COLORS[d["verdict"]]},
-                     "effect (95 % interval)": effect})
+                     "effect (95 % interval)": statistic_text(d) + seeds})
     return {"title": title, "columns": ["id", "verdict", "effect (95 % interval)"], "rows": rows,
             "notes": "Each claim's sentence, the scale that decided it and its evidence are in the table at the end."}
