@@ -65,7 +65,7 @@ def to_plain(value: Any, tag_nonfinite: bool = False) -> Any:
     """numpy and torch values (scalars, arrays, tensors) as plain Python ones, recursively through dicts,
     lists and tuples, paths as strings: what JSON and CSV writers take. ``tag_nonfinite`` also turns inf
     and NaN into the tagged strings of strict JSON (CSV cells keep them as floats: ``inf``, ``nan``)."""
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # dicts, and read-only records (heavytail.studies.run_record.RunRecord)
         return {str(k): to_plain(v, tag_nonfinite) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_plain(v, tag_nonfinite) for v in value]

@@ -12,6 +12,7 @@ from heavytail.harness.config import RunConfig
 from heavytail.studies import claims as C
 import heavytail.studies.collapse.ladder as L
 import heavytail.studies.collapse.ladder_tables as T
+from summaries import complete
 
 M = 2000
 TOL = 3 * math.sqrt(0.05 * 0.95 / M)
@@ -23,9 +24,9 @@ def _run(seed, kernel="softmax", backend="sdpa", precision="float32", symlog=Fal
     cfg = RunConfig(**(model or TABLE3), kernel=kernel, attention_backend=backend, precision=precision, symlog=symlog,
                     n_points=1024, trials_per_step=1, lr=1e-3, seed=seed, steps=6000, device="cpu").to_dict()
     flags = [1.0] * round(100 * steps_share) + [0.0] * (100 - round(100 * steps_share))
-    return {"config": cfg, "collapse": {"label": "collapse" if collapsed else "ok", "fraction": 0.9 if collapsed
-                                        else 0.0, "onset": 3400 if collapsed else None},
-            "trace": {"collapsed_fraction": flags}, "median": {"ratio": 2.0}}
+    return complete({"config": cfg, "collapse": {"label": "collapse" if collapsed else "ok",
+                                                 "fraction": 0.9 if collapsed else 0.0, "onset": 3400 if collapsed else None},
+                     "trace": {"collapsed_fraction": flags}, "median": {"ratio": 2.0}})
 
 
 def test_rungs_are_read_off_the_configuration():
@@ -570,7 +571,7 @@ def test_collapsed_steps_reads_only_the_logging_grid():
     (R1b's softmax seed 0 had its only collapsed row at skipped step 2,271)."""
     from heavytail.studies.core import collapsed_steps
 
-    run = {"config": {"log_every": 25},
-           "trace": {"step": [25, 50, 63, 75, 100], "collapsed_fraction": [0.0, 0.0, 1.0, 0.0, 1.0]}}
+    run = complete({"config": {"log_every": 25},
+                    "trace": {"step": [25, 50, 63, 75, 100], "collapsed_fraction": [0.0, 0.0, 1.0, 0.0, 1.0]}})
     assert collapsed_steps(run) == 0.25
     assert collapsed_steps(run, 50, 100) == 0.0

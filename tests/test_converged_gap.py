@@ -13,6 +13,7 @@ from heavytail.harness.config import RunConfig
 from heavytail.studies import claims as C
 import heavytail.studies.kernel_gap.converged as G
 import heavytail.studies.kernel_gap.subnormal_ab as AB
+from summaries import complete
 
 M = 1000
 TOL = 3 * math.sqrt(0.05 * 0.95 / M)
@@ -22,9 +23,9 @@ def _run(seed, n, kernel="softmax", backend="sdpa", lr=1e-3, val=0.0, ratio=2.0,
     cfg = RunConfig(d_model=32, n_blocks=2, d_ff=64, kernel=kernel, attention_backend=backend, lr=lr, seed=seed,
                     n_points=n, trials_per_step=1, steps=3000, warmup_steps=100, eval_n_points=1024,
                     eval_at_train_n=True, device="cpu", **extra).to_dict()
-    return {"config": cfg, "median": {"ratio": ratio}, "trace": {"val_log_energy": [val + 1, val]},
-            "at_train_n": {"n_points": n, "median": {"ratio": train_ratio if train_ratio is not None else ratio}},
-            "collapse": {"label": "ok", "fraction": 0.0}, "train_seconds": 10.0}
+    return complete({"config": cfg, "median": {"ratio": ratio}, "trace": {"val_log_energy": [val + 1, val]},
+                     "at_train_n": {"n_points": n, "median": {"ratio": train_ratio if train_ratio is not None else ratio}},
+                     "collapse": {"label": "ok", "fraction": 0.0}, "train_seconds": 10.0})
 
 
 def _selection_runs(best=3e-3, variants=(("softmax", "sdpa"), ("log_elu", "auto")), ns=(256, 1024)):

@@ -14,6 +14,7 @@ from heavytail.harness.config import RunConfig
 from heavytail.pipeline.grid_file import GridSpec
 from heavytail.studies import claims as C
 import heavytail.studies.kernel_gap.fair as F
+from summaries import complete
 
 M = 2000
 TOL = 3 * math.sqrt(0.05 * 0.95 / M)  # three binomial standard errors of a 5 % rate over M simulated studies
@@ -28,13 +29,13 @@ def _run(seed, n, v=SOFTMAX, lr=1e-3, best=-3.0, first=-1.0, ratio=2.0, train_ra
     steps = list(range(F.VAL_EVERY, F.BUDGET + 1, F.VAL_EVERY))
     values = curve or [first + (best - first) * min(1.0, s / (0.6 * F.BUDGET)) for s in steps]
     final = final_ratio if final_ratio is not None else ratio
-    return {"name": f"{v}-{n}-{lr}-{seed}", "config": cfg, "median": {"ratio": final},
-            "at_train_n": {"n_points": n, "median": {"ratio": final}},
-            "best_weights": {"step": steps[int(np.argmin(values))], "value": float(min(values)),
-                             "median": {"ratio": ratio},
-                             "at_train_n": {"n_points": n, "median": {"ratio": train_ratio or ratio}}},
-            "trace": {"val_step": steps, "val_log_energy": values}, "skipped_steps": skipped,
-            "collapse": {"label": "ok", "fraction": 0.0}}
+    return complete({"name": f"{v}-{n}-{lr}-{seed}", "config": cfg, "median": {"ratio": final},
+                     "at_train_n": {"n_points": n, "median": {"ratio": final}},
+                     "best_weights": {"step": steps[int(np.argmin(values))], "value": float(min(values)),
+                                      "median": {"ratio": ratio},
+                                      "at_train_n": {"n_points": n, "median": {"ratio": train_ratio or ratio}}},
+                     "trace": {"val_step": steps, "val_log_energy": values}, "skipped_steps": skipped,
+                     "collapse": {"label": "ok", "fraction": 0.0}})
 
 
 def _selection(best_lr=3e-3, ns=(256,), variants=(SOFTMAX, LOG_ELU)):

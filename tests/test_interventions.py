@@ -13,6 +13,7 @@ import yaml
 
 from heavytail.harness.config import RunConfig
 from heavytail.science.model import TABLE3_PARAMETERS, MeasureTransformer, ModelConfig, count_parameters
+from summaries import complete
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(d_model=16, n_blocks=3, d_ff=16, n_points=32)
@@ -94,9 +95,9 @@ def _run(seed, collapsed, ratio, steps_share=0.0, **config):
                     flush_subnormals=True, eval_trials=256, eval_n_points=1024, log_every=25).to_dict()
     n = 240
     flags = [1.0] * round(n * steps_share) + [0.0] * (n - round(n * steps_share))
-    return {"name": f"r{seed}", "config": cfg, "median": {"ratio": ratio},
-            "collapse": {"label": "collapse" if collapsed else "ok", "fraction": 0.9 if collapsed else 0.0},
-            "trace": {"step": list(range(25, 6001, 25)), "collapsed_fraction": flags, "loss": [0.1] * n}}
+    return complete({"name": f"r{seed}", "config": cfg, "median": {"ratio": ratio},
+                     "collapse": {"label": "collapse" if collapsed else "ok", "fraction": 0.9 if collapsed else 0.0},
+                     "trace": {"step": list(range(25, 6001, 25)), "collapsed_fraction": flags, "loss": [0.1] * n}})
 
 
 def test_the_hypothesis_row_reads_the_interventions():

@@ -11,6 +11,7 @@ from heavytail.studies import claims as C
 from heavytail.studies.collapse import mechanism as M
 from heavytail.studies.collapse import mechanism_followup as F
 from heavytail.studies.collapse import tables56 as T
+from summaries import complete
 
 SCREEN = "params/grid_mechanism_screen.yaml"
 
@@ -38,11 +39,11 @@ def test_the_followup_grid_is_r2s_recipe_with_the_settings_one_change(tmp_path):
 
 def _run(config, losses, collapsed_share=0.0):
     steps = list(range(25, T.RECIPE["steps"] + 1, 25))
-    return {"name": f"{config['kernel']}-{config['seed']}", "config": {**config, "log_every": 25},
-            "trace": {"step": steps, "loss": [losses(s) for s in steps]},
-            "collapse": {"label": "collapsed" if collapsed_share >= 0.5 else "ok", "fraction": collapsed_share,
-                         "trial_fraction": collapsed_share},
-            "median": {"ratio": 5.0}, "skipped_steps": 0}
+    return complete({"name": f"{config['kernel']}-{config['seed']}", "config": {**config, "log_every": 25},
+                     "trace": {"step": steps, "loss": [losses(s) for s in steps]},
+                     "collapse": {"label": "collapsed" if collapsed_share >= 0.5 else "ok", "fraction": collapsed_share,
+                                  "trial_fraction": collapsed_share},
+                     "median": {"ratio": 5.0}, "skipped_steps": 0})
 
 
 def test_softmax_that_learns_then_diverges_on_every_seed_reproduces_fig_13s_shape(tmp_path):

@@ -17,6 +17,7 @@ import pytest
 from heavytail.pipeline.grid_file import GridSpec
 from heavytail.studies import claims as C
 import heavytail.studies.phase.confirm as PC
+from summaries import complete
 
 ROOT = Path(__file__).resolve().parents[1]
 SD = 0.10  # per-seed slope spread in log per doubling, as tests/test_phase_diagram.py's (the kernel-gap map's)
@@ -100,8 +101,8 @@ def _run(kernel, regime, seed, n, rng, log_excess, stratum_growth=0.0, trials=TR
     excess = np.exp(log_excess + planted + rng.normal(0.0, SPREAD, trials))
     records = [{"n_points": n, "d": float(np.float32(f + e)), "floor": float(np.float32(f)), "tail_index": [5.0, x]}
                for f, e, x in zip(floor, excess, a)]
-    return {"name": f"{kernel}-{regime}-{n}-{seed}", "per_trial": trial_columns(records),
-            "config": {"kernel": kernel, "tail_regime": regime, "seed": seed, "n_points": n, "eval_n_points": 1024}}
+    return complete({"name": f"{kernel}-{regime}-{n}-{seed}", "per_trial": trial_columns(records),
+                     "config": {"kernel": kernel, "tail_regime": regime, "seed": seed, "n_points": n, "eval_n_points": 1024}})
 
 
 def _design(truth, seed=0, growth=PC.GROWS):

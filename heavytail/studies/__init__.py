@@ -7,7 +7,8 @@
 - shared by them (the core: studies import it and never each other): ``core`` (the run vocabulary: a run's
   variant, label, colour, ratios, collapsed steps and extent, runs per (variant, N) and paired by seed), ``curves``
   (training curves as Figure 13 draws them), ``claims`` (the verdict states, the calibrated decision rules, the claim record),
-  ``run_summary`` (one finished run as a shipped map keeps it), ``grid_folder`` (the one reader of a grid's
+  ``run_summary`` (one finished run as a shipped map keeps it), ``run_record`` (the typed record every study reads a
+  run as), ``grid_folder`` (the one reader of a grid's
   runs), ``reference_maps`` (the shipped maps), ``claim_groups`` (which map decides which claims), ``tables``,
   ``paper_numbers``.
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from heavytail.names import variant_color as names_variant_color
+from heavytail.studies.run_record import RunRecord
 from heavytail.names import kernel_names, label_backends, variant_name, variant_of  # noqa: F401  (variant_name: re-exported)
 # The variants the claims compare (heavytail.names): softmax through SDPA's flash-style backward, softmax through
 # exact float32 attention, and the slowest-growing kernel of Table 1.
@@ -100,15 +101,15 @@ class Cell:
 
     variant: tuple[str, str]
     n_points: int
-    runs: tuple[Mapping[str, Any], ...]
+    runs: tuple[RunRecord, ...]
 
     @property
     def seeds(self) -> list[int]:
-        return [r["config"]["seed"] for r in self.runs]
+        return [r.seed for r in self.runs]
 
     @property
     def ratios(self) -> list[float]:
-        return [r["median"]["ratio"] for r in self.runs]
+        return [r.ratio for r in self.runs]
 
     def ratios_at(self, at: str = "common") -> list[float]:
         return [ratio_at(r, at) for r in self.runs]
@@ -131,36 +132,36 @@ class Cell:
 
     @property
     def collapsed(self) -> list[bool]:
-        return [r["collapse"]["label"] == "collapse" for r in self.runs]
+        return [r.collapsed for r in self.runs]
 
-    def by_seed(self) -> dict[int, Mapping[str, Any]]:
-        return {r["config"]["seed"]: r for r in self.runs}
+    def by_seed(self) -> dict[int, RunRecord]:
+        return {r.seed: r for r in self.runs}
 
 
 def ratio_at(run: Mapping[str, Any], at: str = "common", stat: str = "median") -> float:
     """The run's eq. 36 ratio at the common evaluation N, or at its training N (NaN when not scored there)."""
     if at not in AT:
         raise ValueError(f"at={at!r}; choose one of {AT}")
-    cfg = run["config"]
-    if at == "common" or cfg["n_points"] == cfg["eval_n_points"]:
+    run = RunRecord.from_summary(run)
+    if at == "common" or run.n_points == run.eval_n_points:
         return run[stat]["ratio"]
     return (run.get("at_train_n") or {}).get(stat, {}).get("ratio", math.nan)
 
 
 def interval_at(run: Mapping[str, Any], at: str = "common") -> tuple[float, float, float]:
     """(ratio, low, high) of eq. 36-37's median ratio at the common N or at the run's training N."""
-    cfg = run["config"]
-    if at == "common" or cfg["n_points"] == cfg["eval_n_points"]:
-        block = run["median"]
+    run = RunRecord.from_summary(run)
+    if at == "common" or run.n_points == run.eval_n_points:
+        block = run.median
     else:
         block = (run.get("at_train_n") or {}).get("median", {})
     return tuple(block.get(k, math.nan) for k in ("ratio", "low", "high"))
 
 
 def collapsed_fraction_at(run: Mapping[str, Any], at: str = "train") -> float:
-    cfg = run["config"]
-    if at == "common" or cfg["n_points"] == cfg["eval_n_points"]:
-        return run["collapse"]["fraction"]
+    run = RunRecord.from_summary(run)
+    if at == "common" or run.n_points == run.eval_n_points:
+        return run.collapse["fraction"]
     return (run.get("at_train_n") or {}).get("collapse", {}).get("fraction", math.nan)
 
 
@@ -169,8 +170,9 @@ def collapsed_steps(run: Mapping[str, Any], lo: float | None = None, hi: float |
     trials collapsed (NaN if none). Only the rows on the logging grid (steps that are multiples of ``log_every``)
     count: a skipped (non-finite) step is recorded where it happened, off that grid, and counting it would weigh
     the rare step that failed as one more logged step."""
+    run = RunRecord.from_summary(run)
     trace = run.get("trace", {})
-    every = int((run.get("config") or {}).get("log_every") or 1)
+    every = int(run.config.get("log_every") or 1)
     lo, hi = -math.inf if lo is None else lo, math.inf if hi is None else hi
     fr = trace.get("collapsed_fraction", [])
     steps = trace.get("step") or [every * (i + 1) for i in range(len(fr))]  # a trace without steps: every row is logged
@@ -189,11 +191,11 @@ def _median(values: Sequence[float]) -> float:
 
 def cells(runs: Iterable[Mapping[str, Any]]) -> dict[tuple[tuple[str, str], int], Cell]:
     """Runs grouped by (variant, training N), ordered by variant then N."""
-    groups: dict[tuple[tuple[str, str], int], list[Mapping[str, Any]]] = {}
-    for r in runs:
-        groups.setdefault((variant(r), int(r["config"]["n_points"])), []).append(r)
+    groups: dict[tuple[tuple[str, str], int], list[RunRecord]] = {}
+    for r in map(RunRecord.from_summary, runs):
+        groups.setdefault((variant(r), r.n_points), []).append(r)
     keys = sorted(groups, key=lambda k: (_order(k[0]), k[1]))
-    return {k: Cell(k[0], k[1], tuple(sorted(groups[k], key=lambda r: r["config"]["seed"]))) for k in keys}
+    return {k: Cell(k[0], k[1], tuple(sorted(groups[k], key=lambda r: r.seed))) for k in keys}
 
 
 def paired_ratio(cs: Mapping[tuple, Cell], a: tuple[str, str], b: tuple[str, str], n: int,
@@ -221,7 +223,7 @@ def paired_difference(cs: Mapping[tuple, Cell], a: tuple[str, str], b: tuple[str
 
 def paired_by_seed(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], value) -> dict[int, float]:
     """Per seed that both lists of runs hold, ``value(run of a) - value(run of b)``; non-finite differences left out."""
-    ra, rb = ({int(r["config"]["seed"]): r for r in runs} for runs in (a, b))
+    ra, rb = ({r.seed: r for r in map(RunRecord.from_summary, runs)} for runs in (a, b))
     out = {s: value(ra[s]) - value(rb[s]) for s in sorted(set(ra) & set(rb))}
     return {s: v for s, v in out.items() if math.isfinite(v)}
 
@@ -249,7 +251,7 @@ def table(cs: Mapping[tuple, Cell]) -> dict[str, Any]:
             "columns": ["variant", "N", "seeds", "median ratio (median over seeds)", "seed range",
                         "skipped steps per seed", "collapsed runs"], "rows": rows,
             "notes": "ratio: eq. 36 median ratio at evaluation N = "
-                     + ", ".join(sorted({str(c.runs[0]['config']['eval_n_points']) for c in cs.values()}))
+                     + ", ".join(sorted({str(c.runs[0].eval_n_points) for c in cs.values()}))
                      + "; trials per step "
                      + ", ".join(sorted({str(r['config']['trials_per_step']) for c in cs.values() for r in c.runs}))}
 
@@ -263,7 +265,7 @@ def map_extent(runs: Sequence[Mapping[str, Any]]) -> str:
     """The region of settings the runs cover, in words: N, trials per step, evaluation N among them."""
     if not runs:
         return "no runs"
-    seeds = sorted({r["config"]["seed"] for r in runs})
+    seeds = sorted({RunRecord.from_summary(r).seed for r in runs})
     tps = span(runs, "trials_per_step")
     at_train = any(r.get("at_train_n") for r in runs)
     ns = span(runs, "n_points")

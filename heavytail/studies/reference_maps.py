@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Mapping
 
 from heavytail.harness.artifacts import repo_root
 from heavytail.io import load_json
+from heavytail.studies.run_record import RunRecord, shape_problem
 
 
 @dataclass(frozen=True)
@@ -118,16 +119,10 @@ def load(name: str, root: Path | None = None) -> dict[str, Any] | None:
     return read_map(path) if path.is_file() else None
 
 
-RUN_KEYS = ("name", "config", "median", "mean", "collapse")  # what every reader of a map's runs takes
-# The configuration keys the readers of a map's runs look up (task, variant, seed, size, recipe): a run without one
-# would fail far from the file, or be read at RunConfig's default for it.
-CONFIG_KEYS = ("benchmark", "marginals", "kernel", "norm", "symlog", "attention_backend", "seed", "n_points",
-               "eval_n_points", "steps", "lr", "trials_per_step")
-
-
 def read_map(path: str | Path) -> dict[str, Any]:
-    """The map in ``path``; a file that is truncated, empty, not UTF-8 or not a map's shape is a one-line
-    ValueError naming it (readers would otherwise fail far away, or print every claim as 'not run')."""
+    """The map in ``path``, its runs as :class:`heavytail.studies.run_record.RunRecord`; a file that is truncated,
+    empty, not UTF-8 or not a map's shape is a one-line ValueError naming it (readers would otherwise fail far away,
+    or print every claim as 'not run')."""
     path = Path(path)
     restore = f"restore it (git checkout -- {path}) or ship it again"
     try:
@@ -142,7 +137,7 @@ def read_map(path: str | Path) -> dict[str, Any]:
     problem = _shape_problem(data)
     if problem:
         raise ValueError(f"{path}: not a reference map: {problem}; {restore}")
-    return data
+    return {**data, "runs": [RunRecord.from_summary(run) for run in data["runs"]]}
 
 
 def _shape_problem(data: Any) -> str | None:
@@ -154,16 +149,9 @@ def _shape_problem(data: Any) -> str | None:
     if not isinstance(runs, list):
         return "'runs' is missing or not a list"
     for i, run in enumerate(runs):
-        missing = [k for k in RUN_KEYS if not isinstance(run, dict) or k not in run]
-        if missing:
-            return f"run {i} has no {', '.join(missing)}"
-        if not isinstance(run["config"], dict):
-            return f"run {i}'s 'config' is not an object"
-        lacks = [f"config.{k}" for k in CONFIG_KEYS if k not in run["config"]]
-        if not isinstance(run["median"], dict) or "ratio" not in run["median"]:
-            lacks.append("median.ratio")
-        if lacks:
-            return f"run {i} ({run.get('name', '?')}) has no {', '.join(lacks)}"
+        problem = shape_problem(run)
+        if problem:
+            return f"run {i} ({run.get('name', '?') if isinstance(run, dict) else '?'}): {problem}"
     return None
 
 
@@ -224,7 +212,7 @@ def source(name: str, local_dir: str | Path | None = None, root: Path | None = N
     return Source(name, tuple(shipped["runs"]), f"{about} (shipped)", "shipped", shipped["provenance"])
 
 
-def run_provenance(run: dict[str, Any]) -> list[dict[str, Any]]:
+def run_provenance(run: Mapping[str, Any]) -> list[dict[str, Any]]:
     return list(run.get("provenance") or [{}])
 
 

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from heavytail.harness.rundir import RunDir
 from heavytail.studies.grid_folder import GRID_JSON, FinishedRun, finished_runs
+from heavytail.studies.run_record import RunRecord
 
 TRACE_KEYS = ("loss", "grad_norm", "collapsed_fraction")
 BLOCK_TRACE_KEYS = ("max_abs_score", "attn_entropy_ratio", "attn_max_weight", "qk_spectral_norm", "grad_norm")
@@ -251,11 +252,12 @@ def _windows_of(block: Sequence[Mapping[str, Any]], stretch: int) -> list[tuple[
     return [(block[i]["step"], list(block[bounds[j]:bounds[j + 1]])) for j, i in enumerate(starts)]
 
 
-def collect(grid_dir: str | Path) -> list[dict[str, Any]]:
-    """Summaries (:func:`run_summary`) of the finished runs of a grid's folder, in the grid's order: the runs
+def collect(grid_dir: str | Path) -> list[RunRecord]:
+    """The records (:class:`heavytail.studies.run_record.RunRecord`) of the summaries (:func:`run_summary`) of the
+    finished runs of a grid's folder, in the grid's order: the runs
     :func:`heavytail.studies.grid_folder.finished_runs` counts, the same the summary notebook reads. [] when the
     folder holds no ``grid.json`` (or does not exist): a map is a grid's runs, and only its record says which."""
     grid_dir = Path(grid_dir)
     if not (grid_dir / GRID_JSON).is_file():
         return []
-    return [run_summary(r) for r in finished_runs(grid_dir).runs]
+    return [RunRecord.from_summary(run_summary(r)) for r in finished_runs(grid_dir).runs]

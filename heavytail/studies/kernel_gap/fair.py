@@ -55,6 +55,7 @@ from heavytail.studies.kernel_gap.converged import (excess_by_seed, load_selecti
 from heavytail.studies.core import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, map_extent, paired_ratio,
                                           sizes, variant, variant_name)
 from heavytail.studies.paper_numbers import paper_gap
+from heavytail.studies.run_record import RunRecord
 
 NOTEBOOK = "07_kernel_gap"
 SELECT_SEEDS = (0, 1, 2)
@@ -111,7 +112,7 @@ def flattened(run: Mapping[str, Any]) -> bool | None:
     """Whether the run's validation curve is flat over its last quarter (best of the quarter within
     ``FLAT_TOLERANCE`` of the score where the quarter starts); None without enough scores."""
     scores = validation(run)
-    start = 0.75 * int(run["config"]["steps"])
+    start = 0.75 * int(RunRecord.from_summary(run).config["steps"])
     before = [v for s, v in scores if s <= start]
     quarter = [v for s, v in scores if s > start and math.isfinite(v)]
     if not before or not quarter or not math.isfinite(before[-1]):
@@ -119,14 +120,14 @@ def flattened(run: Mapping[str, Any]) -> bool | None:
     return before[-1] - min(quarter) < FLAT_TOLERANCE
 
 
-def at_best(run: Mapping[str, Any]) -> dict[str, Any]:
+def at_best(run: Mapping[str, Any]) -> RunRecord:
     """The run as its best validated weights scored (their ratios in place of the final weights'), so the shared
     readers of :mod:`heavytail.studies.core` read them; the run unchanged when it kept none."""
+    run = RunRecord.from_summary(run)
     best = run.get("best_weights") or {}
     if best.get("step") is None:
-        return dict(run)
-    return {**run, "median": best.get("median", {}), "mean": best.get("mean", {}),
-            "at_train_n": best.get("at_train_n", {})}
+        return run
+    return run.with_parts(median=best.get("median", {}), mean=best.get("mean", {}), at_train_n=best.get("at_train_n", {}))
 
 
 # ------------------------------------------------------------------------------------ selection
