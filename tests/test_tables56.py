@@ -171,10 +171,12 @@ def _paper_like(seeds=T.SEEDS):
 
 def test_paper_like_runs_reproduce_every_claim():
     found = {c["id"]: c for c in R.findings(_paper_like())}
-    assert len(found) == 2 * (1 + 3) + 2 + 2 + 2 + 2
+    assert len(found) == 2 * (1 + 3) + 2 + 2 + 2 + 3
     assert all(c["verdict"] == C.REPRODUCED for c in found.values()), {k: c["verdict"] for k, c in found.items()}
     assert "survives labelling at shares 0.4 and 0.6" in found["p1-collapse-swap-pareto"]["evidence"]
     assert "learned, then diverged 6" in found["p5-shape-inverse-pareto"]["evidence"]
+    assert "learned, then diverged 6" in found["p5-shape-symlog-swap-pareto"]["evidence"]
+    assert "~4,500 with symlog" in found["p5-shape-symlog-swap-pareto"]["paper"]
 
 
 def test_never_learning_softmax_is_p5_not_reproduced_whatever_its_label():

@@ -45,7 +45,8 @@ The rules, written and committed before any run of this grid was read; the train
   is about.
 - **P4** (``p4-prenorm-<column>``) pre-norm softmax, none, both heavy-tailed columns: the share labelled collapsed
   below 1/2 (reproduced) or above (not reproduced); the one-seed pre-norm cells are counted, descriptively.
-- **P5** (``p5-shape-<column>``) per softmax run with a log-ELU run of the same cell and seed: its training trace
+- **P5** (``p5-shape-<column>``, and ``p5-shape-symlog-swap-pareto``: Fig. 13 draws the sheared swap with symlog too,
+  diverging at step ~4,500) per softmax run with a log-ELU run of the same cell and seed: its training trace
   (regularly logged rows only, every ``log_every`` steps; skipped steps recorded off that grid are not read),
   rolling median over :data:`WINDOW` logged rows, classified by :func:`shape`:
 

@@ -260,19 +260,25 @@ def cell_partner(cell: T.Cell) -> T.Cell | None:
     return T.Cell(cell.norm, "log_elu", cell.symlog, cell.column) if cell.kernel == "softmax" else None
 
 
+# Fig. 13's divergence step, without and with symlog (App. I).
+_FIG13_STEP = {False: "~3,500", True: "~4,500"}
+
+
 def p5(cs: Mapping[T.Cell, Sequence[Run]]) -> list[dict[str, Any]]:
     found = shapes(cs, cell_partner)
     out = []
-    for col in T.HEAVY:
-        cell = T.Cell("post", "softmax", False, col)
+    # Fig. 13 draws the sheared swap with and without symlog; with symlog the matrix inverse does not collapse (P2).
+    for symlog, col in (*((False, c) for c in T.HEAVY), (True, "swap-pareto")):
+        cell = T.Cell("post", "softmax", symlog, col)
         per_seed = found.get(cell, {})
         hits = sum(v["shape"] == T.SHAPES[0] for v in per_seed.values())
         d = C.rate_rule(hits, len(per_seed), min_seeds=T.MIN_SEEDS)
         counts = {s: sum(v["shape"] == s for v in per_seed.values()) for s in T.SHAPES}
         out.append(_claim(
-            f"p5-shape-{col}", f"Post-norm softmax first learns, then diverges abruptly and stays (Fig. 13), on the "
-            f"{T.COLUMN_LABELS[col]}", "softmax first descends with the other kernels (1.8e-2 at step 733), then "
-            "diverges abruptly at step ~3,500 to a value it keeps (Fig. 13)", d,
+            f"p5-shape-{'symlog-' if symlog else ''}{col}", f"{'With symlog, p' if symlog else 'P'}ost-norm softmax "
+            f"first learns, then diverges abruptly and stays (Fig. 13), on the {T.COLUMN_LABELS[col]}",
+            "softmax first descends with the other kernels (1.8e-2 at step 733), then diverges abruptly at step "
+            f"{_FIG13_STEP[symlog]}{' with symlog' if symlog else ''} to a value it keeps (Fig. 13)", d,
             "share of softmax runs learned, then diverged", [*cs.get(cell, []), *cs.get(cell_partner(cell), [])],
             "shapes: " + ", ".join(f"{s} {n}" for s, n in counts.items() if n) + "; per seed: "
             + ", ".join(f"{s}: {v['shape']}" + (f" at step {v['diverged_at']:,}" if v["diverged_at"] else "")
