@@ -19,7 +19,8 @@
 # benchmarks without symlog, symlog rescues the matrix inverse only, the Gaussian control and pre-norm models do not
 # collapse, and softmax first learns, then diverges abruptly. Here every cell of those tables is trained at Table 3's
 # model on the collapse ladder's rung R2 recipe, the rules (`heavytail.studies.collapse.tables56`) written before
-# the runs. The figure first: each column's training loss, one line per seed.
+# the runs. The figure first: each column's training loss, one line per seed, and the sheared swap with symlog
+# (Fig. 13 draws both).
 
 # %% tags=["parameters"]
 grid_dir = "outputs/grid-tables56"  # a local re-run of the grid, used instead of the shipped map
@@ -70,8 +71,9 @@ for column in T.COLUMNS:
 # %% [markdown]
 # ## P5: did softmax learn first?
 #
-# Fig. 13's softmax reached 1.8e-2 at step 733 alongside the other kernels and diverged at ~3,500. Every softmax run
-# here and on the ladder, read by P5's rule against log-ELU on the same seed.
+# Fig. 13's softmax reached 1.8e-2 at step 733 alongside the other kernels and diverged at ~3,500 (with symlog: 6.3e-4
+# at step 3,931, diverged at ~4,500). Every softmax run here and on the ladder, read by P5's rule against log-ELU on
+# the same seed.
 
 # %%
 grid_shapes = R.shapes(cells, R.cell_partner)

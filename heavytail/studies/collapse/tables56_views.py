@@ -90,35 +90,40 @@ def shape_table(cells: Mapping[Any, Mapping[int, Mapping[str, Any]]], label) -> 
                      f"(heavytail.studies.collapse.tables56). The paper's softmax diverged at step ~{PAPER_ONSET[False]:,}."}
 
 
+# Fig. 13's panels here: every column without a transform, and the sheared swap with symlog (Fig. 13 draws both).
+CURVE_PANELS = (*((c, False) for c in T.COLUMNS), ("swap-pareto", True))
+
+
 def curves_figure(runs: Sequence[Run]):
-    """Fig. 13 at Table 3's model: per column, post-norm and no transform, the rolling median training loss of
-    every kernel's runs (one line per seed), on log axes, with the paper's divergence step marked."""
+    """Fig. 13 at Table 3's model: per column, post-norm and no transform, and the sheared swap with symlog, the
+    rolling median training loss of every kernel's runs (one line per seed), on log axes, with the paper's
+    divergence step (without and with symlog) marked."""
     import matplotlib.pyplot as plt
 
     cs = R.by_cell(runs)
-    fig, axes = plt.subplots(1, len(T.COLUMNS), figsize=(5.0 * len(T.COLUMNS), 3.8), sharey=True, squeeze=False)
-    for ax, column in zip(axes[0], T.COLUMNS):
+    fig, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(4.4 * len(CURVE_PANELS), 3.8), sharey=True, squeeze=False)
+    for ax, (column, symlog) in zip(axes[0], CURVE_PANELS):
         drawn = False
         for k in KERNELS:
-            for i, run in enumerate(cs.get(T.Cell("post", k, False, column), [])):
+            for i, run in enumerate(cs.get(T.Cell("post", k, symlog, column), [])):
                 steps, loss = T.regular_rows(run["trace"], int(run["config"].get("log_every", 25)))
                 if not len(steps):
                     continue
                 ax.plot(steps, T.rolling_median(loss), color=KERNEL_COLORS[k], lw=1.0, alpha=0.75,
                         label=kernel_label(k) if i == 0 else None)
                 drawn = True
-        ax.axvline(PAPER_ONSET[False], color="k", ls=":", lw=1)
+        ax.axvline(PAPER_ONSET[symlog], color="k", ls=":", lw=1)
         ax.set_xlim(0, T.RECIPE["steps"])
         ax.set_yscale("log")
         ax.set_xlabel("step")
-        ax.set_title(f"{T.COLUMN_LABELS[column]}\npost-norm, none", fontsize=10)
+        ax.set_title(f"{T.COLUMN_LABELS[column]}\npost-norm, {'symlog' if symlog else 'none'}", fontsize=10)
         if not drawn:
             ax.text(0.5, 0.5, "not run yet", transform=ax.transAxes, ha="center", va="center", color="#6e7781")
-        elif column == next(iter(T.COLUMNS)):
+        elif column == next(iter(T.COLUMNS)) and not symlog:
             ax.legend(fontsize=8, loc="upper right")
     axes[0][0].set_ylabel(f"training loss (rolling median of {T.WINDOW} logged steps)")
     fig.suptitle("Training loss per column at Table 3's model (one line per seed); dotted: the paper's softmax "
-                 f"divergence, step ~{PAPER_ONSET[False]:,} (Fig. 13)", fontsize=10)
+                 f"divergence, step ~{PAPER_ONSET[False]:,} (~{PAPER_ONSET[True]:,} with symlog; Fig. 13)", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -128,7 +133,8 @@ def counts_sentence(found: Sequence[Mapping[str, Any]]) -> str:
     by = {c["id"]: c for c in found}
     parts = []
     for p in ("p1-collapse-swap-pareto", "p1-collapse-inverse-pareto", "p2-symlog-inverse-pareto",
-              "p2-symlog-swap-pareto", "p3-gaussian-collapse", "p4-prenorm-swap-pareto", "p5-shape-swap-pareto"):
+              "p2-symlog-swap-pareto", "p3-gaussian-collapse", "p4-prenorm-swap-pareto", "p5-shape-swap-pareto",
+              "p5-shape-symlog-swap-pareto"):
         c = by.get(p)
         if c is not None:
             parts.append(f"{p}: {c['verdict']} ({c['seeds']} seeds)")
