@@ -45,11 +45,20 @@ SYSTEMS = {"test_slurm.py": "slurm", "test_browser.py": "browser", "test_report.
            "test_flash_native.py": "native"}
 
 
+# The files with the longest chains (the smoke report's notebooks, SLURM jobs that wait on timeouts and requeues, C++
+# builds, the grids' subprocesses), started first: xdist hands files to workers in collection order, and a long file
+# collected last (alphabetically, test_report and test_slurm are) runs alone at the end while the other workers idle.
+FIRST = ("test_report.py", "test_slurm.py", "test_flash_native.py", "test_grid.py", "test_browser.py", "test_lock.py",
+         "test_phase_diagram.py", "test_train.py")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         name = Path(str(item.fspath)).name
         if name in SYSTEMS:
             item.add_marker(getattr(pytest.mark, SYSTEMS[name]))
+    # Stable: within a file, and among the other files, the collection order stays (the same on every worker).
+    items.sort(key=lambda item: FIRST.index(n) if (n := Path(str(item.fspath)).name) in FIRST else len(FIRST))
 
 
 # ------------------------------------------------------------------------- the smoke report, once
