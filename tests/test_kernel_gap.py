@@ -169,6 +169,19 @@ def test_a_run_is_grouped_by_the_attention_path_it_recorded_and_a_disagreeing_re
     assert len(found) == 1 and "ran 'tiled'" in found[0]
 
 
+def test_a_split_models_record_names_both_kernels_paths_and_the_run_keeps_its_kernels_variant():
+    """Softmax (SDPA) with log-ELU in block 0 records log-ELU's native flash path beside SDPA: still a softmax (SDPA)
+    run; without SDPA among its paths it is not one."""
+    split = _run("softmax", "sdpa", 64, 0, 2.0)
+    split = {**split, "config": {**split["config"], "split_kernel": "log_elu", "split_block": 0}}
+    assert G.variant(_recorded(split, "flash:native+sdpa")) == G.SOFTMAX_SDPA
+    with pytest.raises(G.PathMismatch, match="2 variants"):
+        G.variant(_recorded(split, "flash:native+tiled"))
+    mirror = _run("log_elu", "auto", 64, 0, 2.0)
+    mirror = {**mirror, "config": {**mirror["config"], "split_kernel": "softmax", "split_block": 0}}
+    assert G.variant(_recorded(mirror, "sdpa+flash:native")) == G.LOG_ELU
+
+
 def test_shipping_refuses_a_run_whose_recorded_attention_path_is_not_its_configurations(tmp_path, monkeypatch):
     clean = {"commit": "a" * 40, "dirty": False}
     runs = [dict(_recorded(_run("softmax", "auto", 64, s, 2.0), "tiled" if s == 1 else "sdpa"),

@@ -50,6 +50,12 @@ def recorded_variant(run: Mapping[str, Any]) -> tuple[str, str] | None:
         found = list(dict.fromkeys(variant_of(kernel, b) for b in label_backends(label)))
     except ValueError as err:
         raise PathMismatch(f"run {run.get('name', '?')}: {err}") from None
+    if run["config"].get("split_kernel") and len(found) > 1:
+        # A split model (one block computes eq. 7 with another kernel: an intervention) records the paths of both
+        # kernels in one label, which does not say which block ran which; the run is its kernel's configured
+        # variant when that is among the paths, the other paths being the split block's.
+        configured = configured_variant(run["config"])
+        found = [configured] if configured in found else found
     if len(found) > 1:
         raise PathMismatch(f"run {run.get('name', '?')}: its training recorded the attention paths {label!r}, which "
                            f"are {len(found)} variants ({', '.join(map(variant_name, found))}): it belongs to none")

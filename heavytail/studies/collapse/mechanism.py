@@ -175,7 +175,7 @@ def findings(runs: Sequence[Run]) -> list[dict[str, Any]]:
     for name, mine in by.items():
         d = R.avoids(mine)
         decided[name] = d.verdict
-        where = map_extent([*plain, *mine])
+        where = map_extent([*plain, *mine]) + "; rung R2's recipe, the attention changed only"
         out.append(C.make_claim(
             f"prevents-{name}", f"The intervention {name} prevents softmax's failure at R2 (most runs not collapsed)",
             "Sec. 4.2 (hypothesis)", "not tested in the paper", d, f"share of {name} runs labelled collapsed", where,
