@@ -42,6 +42,9 @@ class PaperClaim:
     shown: str
     short: Mapping[str, str] | None = None  # part id -> a few words naming it in the verdict (default: its id)
     untested: str = ""  # why no rule decides it here, when ``parts`` is empty
+    # Claims that give the row its number without entering its verdict (a verdict read off other claims' verdicts,
+    # as M1's hypothesis row is, carries no number of its own).
+    evidence: tuple[tuple[str, str], ...] = ()
 
 
 PAPER_SCALE = "N 16384 · 50,000 steps · 64 trials/step · bf16"
@@ -87,7 +90,9 @@ PAPER_CLAIMS: tuple[PaperClaim, ...] = (
                 "p5-shape-inverse-pareto": "matrix inverse"}),
     PaperClaim("M1", "exponential weighting amplifies extreme samples and contributes to the collapse (proposed)",
                "Sec. 4.2", PAPER_SCALE, (("mechanism", "hypothesis"),), "notebooks/09_collapse_ladder.py",
-               {"hypothesis": "interventions"}),
+               {"hypothesis": "interventions", "prevents-block0-log-elu": "collapsed share, log-ELU in block 0",
+                "prevents-stablemax": "collapsed share, StableMax"},
+               evidence=(("mechanism", "prevents-block0-log-elu"), ("mechanism", "prevents-stablemax"))),
     PaperClaim("C1", "the sub-exponential kernels cost more per training step, lacking a fused kernel", "Table 4",
                "H200, the trained shapes", (), "docs/benchmarks.md",
                untested="needs the paper's GPU; this CPU's flash loop against SDPA is benchmarked instead"),
@@ -151,7 +156,8 @@ def verdict(pc: PaperClaim, decided: Mapping[tuple[str, str], Mapping[str, Any]]
 def _number(pc: PaperClaim, decided: Mapping[tuple[str, str], Mapping[str, Any]]) -> tuple[str, str]:
     """The one number that decided it, short ("collapse (sheared swap): 1 [0.541, 1], 6 seeds": the first part with a
     verdict, else the first with an estimate), and its scale label."""
-    parts = [(cid, decided[(g, cid)]) for g, cid in pc.parts if decided.get((g, cid), {}).get("estimate") is not None]
+    parts = [(cid, decided[(g, cid)]) for g, cid in (*pc.parts, *pc.evidence)
+             if decided.get((g, cid), {}).get("estimate") is not None]
     first = next(((cid, c) for cid, c in parts if c["verdict"] in (C.REPRODUCED, C.NOT_REPRODUCED)),
                  parts[0] if parts else None)
     if first is None:
