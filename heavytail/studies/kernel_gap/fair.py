@@ -37,6 +37,13 @@ validation and best-weight rules), each variant at the rate stage 1 chose at 3,0
 rerun at this budget, and every claim says so. Claims ``fair-long-gap-n<N>`` (and ``-exact``) follow rule (b) with
 its margin; their evidence states the flattened share, and a verdict whose runs are not all flattened is a verdict
 at this budget, not at convergence. Nothing of the 3,000-step map is replaced: both ship and both are shown.
+
+**N = 1024** (registered after N = 256's long runs, before any deciding run at N = 1024). At N = 256 the long budget
+flattened the best run of every variant (seed 6, best weights at step 6,700) but only 7 of 30 runs, and 3,000 steps
+flattened fewer; so N = 1024's deciding seeds skip the 3,000-step budget and train at ``LONG_BUDGET`` only, each
+variant at the rate stage 1 chooses at N = 1024 (its selection runs at 3,000 steps, as N = 256's did), and
+``LONG_SIZES`` gains 1024 when select-lr-fair has written that rate. Rule (a)'s growth is then read between N = 256
+and 1024 at the long budget, by the same rule and margin.
 """
 
 from __future__ import annotations
