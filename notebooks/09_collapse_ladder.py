@@ -30,6 +30,7 @@ ladder_dir = "outputs/grid-collapse-ladder"  # a local re-run of the ladder, use
 small_dir = "outputs/grid-collapse-ladder-small"  # a local re-run of rung R1b (R1's model on the ladder's recipe)
 screen_dir = "outputs/grid-mechanism-screen"  # a local re-run of the mechanism screen
 followup_dir = "outputs/grid-mechanism-followup"  # a local re-run of the screen's follow-up
+interventions_dir = "outputs/grid-mechanism-interventions"  # a local re-run of the interventions
 report = "scratch"  # injected by the report runner
 output_root = None  # injected by the report runner
 
@@ -167,7 +168,8 @@ display(Markdown("\n\n".join(f"- {claims.render(f)}" for f in precision) or (
 # R2's softmax never learns, where the paper's learned first (Fig. 13). The screen (`heavytail.studies.collapse.
 # mechanism`, its criterion written before the runs) trains the first steps of R2's recipe in settings closer to the
 # paper's batch, softmax against log-ELU on the same seeds; the interventions change block 0 alone, or bound the
-# score, at R2's recipe. The figure first: training loss per setting, the criterion's window shaded.
+# score, at R2's recipe. The figures first: training loss per setting, the criterion's window shaded; then each
+# intervention's loss and block 0's absorbed rows against plain softmax and log-ELU on the same seeds.
 
 # %%
 screen = reference_maps.source("mechanism-screen", root / screen_dir)
@@ -175,7 +177,12 @@ print(screen.describe())
 if screen.runs:
     art.save_figure(collapse.mechanism_views.screen_figure(screen.runs), "mechanism_screen")
     show(collapse.mechanism_views.screen_table(screen.runs), art, "mechanism_screen")
-mechanism = claim_groups.decide_sources("mechanism", {"ladder": ladder})
+interventions = reference_maps.source("mechanism", root / interventions_dir)
+mechanism = claim_groups.decide_sources("mechanism", {"ladder": ladder, "mechanism": interventions})
+if interventions.runs:
+    print(interventions.describe())
+    art.save_figure(collapse.mechanism_views.interventions_figure([*interventions.runs, *ladder.runs]),
+                    "mechanism_interventions")
 show(claims.compact_table(mechanism, "Interventions at R2's recipe") if mechanism else
      {"title": "Interventions at R2's recipe", "columns": ["state"], "rows": [{"state": "not run: "
       "python -m heavytail grid params/grid_mechanism_interventions.yaml"}], "notes": ""}, art, "mechanism_claims")

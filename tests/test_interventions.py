@@ -129,3 +129,23 @@ def test_the_screen_says_softmax_learns_only_within_a_factor_of_log_elu_on_every
     assert M.learns([run(0, 0.15, "softmax"), run(1, 0.19, "softmax")], log)["learns"]
     assert not M.learns([run(0, 0.15, "softmax"), run(1, 0.6, "softmax")], log)["learns"]
     assert not M.learns([], log)["learns"]
+
+
+def test_the_intervention_figure_draws_each_intervention_against_plain_softmax_and_log_elu_on_its_seeds():
+    from heavytail.studies.collapse import mechanism_views as V
+
+    def absorbed(run, share):
+        run["trace"]["block0.attn_absorbed"] = [share] * len(run["trace"]["step"])
+        return run
+
+    plain = [absorbed(_run(s, True, 100.0, 0.5), 1.0) for s in range(3)]
+    log_elu = [absorbed(_run(s, False, 2.0, kernel="log_elu", attention_backend="auto"), 0.0) for s in range(3)]
+    mine = [absorbed(_run(s, False, 3.0, **M.INTERVENTIONS["block0-log-elu"]), 0.0) for s in (0, 1)]
+    fig = V.interventions_figure(plain + log_elu + mine)
+    loss, absorbed_ax = fig.axes[0], fig.axes[1]
+    # one column: seeds 0 and 1 of each group (plain softmax's seed 2 has no intervention partner), loss and block 0
+    assert len(fig.axes) == 2 and "block0-log-elu, seeds 0, 1" in loss.get_title()
+    assert len(loss.lines) == 6 and len(absorbed_ax.lines) == 6
+    assert sorted(line.get_label() for line in loss.lines if not line.get_label().startswith("_")) == [
+        "block0-log-elu", "log-ELU", "plain softmax (SDPA)"]
+    assert {round(line.get_ydata()[-1], 6) for line in absorbed_ax.lines} == {0.0, 1.0}

@@ -95,3 +95,46 @@ def followup_text(screen_runs: Sequence[Run]) -> str:
     return (f"**The follow-up** (the cheapest setting where softmax learns, {len(F.SEEDS)} seeds, "
             f"{T.RECIPE['steps']:,} steps, P5's rule): not run; {why}."
             + (" Its grid: `python -m heavytail mechanism-followup`." if setting else ""))
+
+
+# Block 0's trace the intervention figure draws under the loss: the share of its attention rows absorbed (top weight
+# exactly 1), the ladder's precursor of the failure (App. I's "tracking attention weights").
+_BLOCK0 = "block0.attn_absorbed"
+_INTERVENTION_COLOR = "0.15"  # an intervention is no kernel of Table 1: drawn in black beside the kernels' colours
+
+
+def interventions_figure(runs: Sequence[Run]):
+    """One column per intervention that has runs: above, the rolling median training loss of its runs against plain
+    softmax's and log-ELU's at R2 (the ladder's runs, the same seeds); below, block 0's absorbed share. One line per
+    seed. ``runs``: the interventions' and the ladder's runs together."""
+    plain, by = M.groups(runs)
+    log_elu = [r for r in runs if r["config"]["kernel"] == "log_elu" and M.intervention_of(r["config"]) is None
+               and M._on_r2({**r["config"], "kernel": "softmax", "attention_backend": "sdpa"})]
+    names = list(by) or ["(none run yet)"]
+    fig, axes = plt.subplots(2, len(names), figsize=(max(6.4, 4.2 * len(names)), 5.2), sharex=True, squeeze=False,
+                             constrained_layout=True)
+    for col, name in enumerate(names):
+        mine = by.get(name, [])
+        seeds = {int(r["config"]["seed"]) for r in mine}
+        for label, group, color in (("plain softmax (SDPA)", plain, variant_color(SOFTMAX_SDPA)),
+                                    ("log-ELU", log_elu, variant_color(LOG_ELU)), (name, mine, _INTERVENTION_COLOR)):
+            for i, r in enumerate(x for x in group if int(x["config"]["seed"]) in seeds):
+                every = int(r["config"].get("log_every", 25))
+                steps, loss = T.regular_rows(r["trace"], every)
+                trace = r["trace"]
+                absorbed = [a for s, a in zip(trace.get("step", []), trace.get(_BLOCK0, [])) if s % every == 0]
+                kw = dict(color=color, lw=1.0, alpha=0.85, label=label if i == 0 else None)
+                axes[0][col].plot(steps, T.rolling_median(loss), **kw)
+                if len(absorbed) == len(steps):
+                    axes[1][col].plot(steps, T.rolling_median(absorbed), **{**kw, "label": None})
+        axes[0][col].set_yscale("log")
+        axes[0][col].set_title(f"{name}, seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, sorted(seeds))) or '-'}",
+                               fontsize=9)
+        axes[1][col].set_ylim(-0.03, 1.03)
+        axes[1][col].set_xlabel("step")
+        if mine:
+            axes[0][col].legend(fontsize=7, loc="lower left")
+    axes[0][0].set_ylabel(f"training loss (rolling median, {T.WINDOW} rows)")
+    axes[1][0].set_ylabel("block 0: rows absorbed (share)")
+    fig.suptitle("Interventions at R2's recipe against plain softmax\nand log-ELU on the same seeds", fontsize=10)
+    return fig
