@@ -14,6 +14,7 @@ import pytest
 from heavytail import cli
 from heavytail.harness.config import RunConfig
 from heavytail.harness.rundir import RunDir
+from heavytail.io import dumps_json, load_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,7 +114,7 @@ def test_a_shipped_run_is_never_replaced_by_different_numbers_without_a_flag(tmp
     assert ship_map.replacements([rerun], shipped["runs"]) == [f"{one['name']}: configuration, median ratio"]
     assert ship_map.replacements([one], shipped["runs"]) == []
     out = tmp_path / "map.json"
-    out.write_text(json.dumps(shipped))
+    out.write_text(dumps_json(shipped))
     grid = tmp_path / "grid"
     grid.mkdir()
     (grid / "grid.json").write_text(json.dumps({"grid": "grid-gap-design", "source": "params/grid_gap_design.yaml",
@@ -121,7 +122,7 @@ def test_a_shipped_run_is_never_replaced_by_different_numbers_without_a_flag(tmp
     monkeypatch.setattr(run_summary, "collect", lambda d: [rerun])
     with pytest.raises(ValueError, match="would be replaced by different numbers"):
         ship_map.ship("gap-design", grid, command="test", output=out, allow_mixed=True)
-    assert json.loads(out.read_text()) == shipped
+    assert load_json(out) == shipped
 
 
 def test_a_run_that_skipped_most_of_its_steps_is_labelled_diverged(tmp_path, tiny_cfg):

@@ -59,7 +59,7 @@ def _fake_runs(n: int) -> list[dict]:
     from heavytail.harness.config import RunConfig
 
     return [{"name": f"c{i}", "config": RunConfig(seed=i).to_dict(), "median": {"ratio": 1.5}, "mean": {"ratio": 1.5},
-             "collapse": {}, "provenance": [clean]} for i in range(n)]
+             "collapse": {"label": "ok"}, "provenance": [clean]} for i in range(n)]
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ def test_a_record_is_read_only_and_changes_only_by_a_derived_copy():
     (lambda s: {**s, "config": {k: v for k, v in s["config"].items() if k != "seed"}}, "config.seed"),
     (lambda s: {**s, "median": {"ratio": "2.5"}}, "median.ratio (a number)"),
     (lambda s: {**s, "collapse": {"fraction": 0.0}}, "collapse.label"),
-    (lambda s: {**s, "mean": [1.0]}, "must be objects"),
+    (lambda s: {**s, "mean": [1.0]}, "not an object"),
 ])
 def test_a_summary_that_is_not_a_run_is_one_line_naming_the_run_and_what_it_lacks(broken, says):
     with pytest.raises(ValueError) as err:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from heavytail.harness.artifacts import repo_root
 from heavytail.io import load_json
-from heavytail.studies.run_record import RunRecord, shape_problem
+from heavytail.studies.run_record import RUN_KEYS, RunRecord, shape_problem
 
 
 @dataclass(frozen=True)
@@ -150,8 +150,9 @@ def _shape_problem(data: Any) -> str | None:
         return "'runs' is missing or not a list"
     for i, run in enumerate(runs):
         problem = shape_problem(run)
-        if problem:
-            return f"run {i} ({run.get('name', '?') if isinstance(run, dict) else '?'}): {problem}"
+        if problem:  # a run with all its parts is named; one without them may lack its name too
+            name = f" ({run['name']})" if isinstance(run, dict) and all(k in run for k in RUN_KEYS) else ""
+            return f"run {i}{name} {problem}"
     return None
 
 

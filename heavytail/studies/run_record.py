@@ -57,7 +57,7 @@ class RunRecord(Mapping[str, Any]):
         problem = shape_problem(summary)
         if problem:
             name = summary.get("name", "?") if isinstance(summary, Mapping) else "?"
-            raise ValueError(f"run {name}: not a run summary: {problem}")
+            raise ValueError(f"run {name} is not a run summary: it {problem}")
         return cls(**{k: summary[k] for k in RUN_KEYS}, parts={k: v for k, v in summary.items() if k not in RUN_KEYS})
 
     def to_summary(self) -> dict[str, Any]:
@@ -121,22 +121,22 @@ class RunRecord(Mapping[str, Any]):
 
 
 def shape_problem(run: Any) -> str | None:
-    """Why ``run`` is not a run summary (None when it is): a missing part of :data:`RUN_KEYS`, a configuration
-    without one of :data:`CONFIG_KEYS`, or no median ratio."""
+    """Why ``run`` is not a run summary, as a predicate ("has no config.seed"; None when it is one): a missing part
+    of :data:`RUN_KEYS`, a configuration without one of :data:`CONFIG_KEYS`, no median ratio or collapse label."""
     if not isinstance(run, Mapping):
-        return f"a run is a JSON object, got {type(run).__name__}"
+        return f"is a JSON {type(run).__name__}, not an object"
     missing = [k for k in RUN_KEYS if k not in run]
     if missing:
-        return f"it has no {', '.join(missing)}"
+        return f"has no {', '.join(missing)}"
     if not all(isinstance(run[k], Mapping) for k in RUN_KEYS[1:]):
-        return "its config, median, mean and collapse must be objects"
+        return "has a config, median, mean or collapse that is not an object"
     lacks = [f"config.{k}" for k in CONFIG_KEYS if k not in run["config"]]
     ratio = run["median"].get("ratio")
     if not isinstance(ratio, (int, float)) or isinstance(ratio, bool):
         lacks.append("median.ratio (a number)")
     if "label" not in run["collapse"]:
         lacks.append("collapse.label")
-    return f"it has no {', '.join(lacks)}" if lacks else None
+    return f"has no {', '.join(lacks)}" if lacks else None
 
 
 def _plain(value: Any) -> Any:
