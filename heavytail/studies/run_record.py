@@ -30,6 +30,19 @@ def _frozen(value: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(value))
 
 
+class _Configured:
+    """A typed read of the configuration key of the attribute's name: ``run.seed`` is ``int(run.config["seed"])``."""
+
+    def __init__(self, cast: Any) -> None:
+        self.cast = cast
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.key = name
+
+    def __get__(self, run: Any, owner: type | None = None) -> Any:
+        return self if run is None else self.cast(run.config[self.key])
+
+
 @dataclass(frozen=True, eq=False)
 class RunRecord(Mapping[str, Any]):
     """One finished run: its name, its configuration (``results.json``'s, read-only), eq. 36's median and mean
@@ -71,23 +84,10 @@ class RunRecord(Mapping[str, Any]):
         return replace(self, **own, parts={**self.parts, **changes}) if changes else replace(self, **own)
 
     # -------------------------------------------------------------------------------- what the studies read
-    @property
-    def kernel(self) -> str:
-        return self.config["kernel"]
-
-    @property
-    def seed(self) -> int:
-        return int(self.config["seed"])
-
-    @property
-    def n_points(self) -> int:
-        """The training N."""
-        return int(self.config["n_points"])
-
-    @property
-    def eval_n_points(self) -> int:
-        """The common evaluation N at which ``median`` and ``mean`` were scored."""
-        return int(self.config["eval_n_points"])
+    kernel = _Configured(str)
+    seed = _Configured(int)
+    n_points = _Configured(int)  # the training N
+    eval_n_points = _Configured(int)  # the common evaluation N at which ``median`` and ``mean`` were scored
 
     @property
     def ratio(self) -> float:
