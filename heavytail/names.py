@@ -142,6 +142,9 @@ BACKEND_ROWS: dict[str, BackendRow] = {
 BACKENDS = tuple(BACKEND_ROWS)
 BACKEND_LABELS = _View(lambda: {b: row.label for b, row in BACKEND_ROWS.items()})
 ARITHMETICS = ("exact", "flash-style", "per call")
+# The energy distance's (eq. 10) blocked sweep, not attention: "compiled" is one fused torch.compile kernel, "eager"
+# the same float64 accumulation in eager tiles, "auto" the compiled one where it can be built.
+ENERGY_BACKENDS = ("auto", "compiled", "eager")
 
 
 def backend_refusal(backend: str, kernel: str) -> str | None:

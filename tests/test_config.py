@@ -35,6 +35,7 @@ def test_unknown_key_is_named_with_the_allowed_ones():
         ("d_model", 30, r"divisible by n_heads"),
         ("alpha_rs", 0.0, r"alpha_rs=0.0 is not allowed; it must be finite and > 0"),
         ("attention_backend", "fast", r"attention_backend='fast'.*auto, dense, tiled, flash, flex, sdpa"),
+        ("energy_backend", "numba", r"energy_backend='numba' is not allowed; choose one of: auto, compiled, eager"),
     ],
 )
 def test_invalid_values_are_named(key, value, message):

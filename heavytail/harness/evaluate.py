@@ -111,6 +111,8 @@ def floor_key(cfg: RunConfig) -> str:
     # cached before the regime was a key keep their names.
     if cfg.tail_regime != RunConfig.tail_regime:
         fields += (("tail_regime", cfg.tail_regime),)
+    if cfg.energy_backend != RunConfig.energy_backend:  # the pool's last bits, likewise
+        fields += (("energy_backend", cfg.energy_backend),)
     return hashlib.sha1(repr(fields).encode()).hexdigest()[:12]
 
 
@@ -130,7 +132,7 @@ def sampling_floor_pool(cfg: RunConfig, cache_dir: str | Path | None = None, qui
         part, hi = trials[lo : lo + cfg.eval_batch_trials], lo + cfg.eval_batch_trials
         y2 = _ensembles(bench.sample_targets, part, seeds[lo:hi, 0], cfg.eval_n_points)
         y3 = _ensembles(bench.sample_targets, part, seeds[lo:hi, 1], cfg.eval_n_points)
-        d_hat.append(energy_distance(y2, y3, p=cfg.loss_p))
+        d_hat.append(energy_distance(y2, y3, p=cfg.loss_p, backend=cfg.energy_backend))
         if cfg.marginals == "mirrored_pareto":
             z2, z3 = _latent(y2, part.output_to_latent), _latent(y3, part.output_to_latent)
             hill2.append(_hill(z2, cfg.hill_k))
@@ -184,13 +186,14 @@ def _score(model, cfg: RunConfig, dev: torch.device, quiet: bool, hill: bool = T
             # A diverged trial scores +inf (and NaN Hill estimates) rather than stopping the others.
             dist = torch.full((len(part),), float("inf"), dtype=torch.float64)
             if finite.any():
-                dist[finite.cpu()] = energy_distance(out[finite], y1[finite], p=cfg.loss_p).double().cpu()
+                dist[finite.cpu()] = energy_distance(out[finite], y1[finite], p=cfg.loss_p,
+                                                     backend=cfg.energy_backend).double().cpu()
             d.append(dist)
             # Against Y1_i itself, so that d_i - f_i compares the model and an i.i.d. draw on the same target
             # ensemble (E f_i = 2 delta / N, eq. 34, as for the pool). energy_distance accumulates in float64, as
             # for d_i: on heavy tails eq. 10 is a small difference of huge sums.
             y_f = _ensembles(bench.sample_targets, part, floor_seeds[lo:hi], cfg.eval_n_points).to(dev)
-            floor.append(energy_distance(y_f, y1, p=cfg.loss_p).double().cpu())
+            floor.append(energy_distance(y_f, y1, p=cfg.loss_p, backend=cfg.energy_backend).double().cpu())
             spread.append(spread_ratio(out, y1).cpu())
             if hill and cfg.marginals == "mirrored_pareto":
                 z_out, z_y1 = _latent(out, part.output_to_latent), _latent(y1, part.output_to_latent)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import math
 import random
 import sys
@@ -238,7 +239,9 @@ def _run_steps(cfg: RunConfig, run_dir: Path, state: _State, device: torch.devic
     """Train steps ``state.step + 1`` to ``end`` (fewer when the stopping rule fires), logging, validating and
     checkpointing on the way. Returns the stop reason (None: not stopped by the rule) and the runtime record."""
     from heavytail.science.attention import recording_backends  # noqa: PLC0415
-    from heavytail.science.metrics import energy_distance  # noqa: PLC0415  (the compiled loss loads only when training)
+    from heavytail.science.metrics import energy_distance as eq10  # noqa: PLC0415  (the compiled loss loads only when training)
+
+    energy_distance = functools.partial(eq10, backend=cfg.energy_backend)
 
     counters, log_path = state.counters, RunDir(run_dir).metrics_path
     dense, stop_reason = _DenseLog(cfg, counters), None

@@ -47,10 +47,9 @@ import warnings
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["ENERGY_BACKENDS", "check_finite", "energy_distance", "energy_distance_1d"]
+from heavytail.names import ENERGY_BACKENDS
 
-#: Pairwise backends: "compiled" (fused inductor kernel), "eager" (tiled torch ops), "auto".
-ENERGY_BACKENDS = ("auto", "compiled", "eager")
+__all__ = ["ENERGY_BACKENDS", "check_finite", "energy_distance", "energy_distance_1d"]
 
 # Row block of one fused-kernel call, and the tile of the eager fallback. The fused kernel never
 # materializes a block, so its row block only bounds the per-call output; the eager tile

@@ -22,9 +22,8 @@ import torch
 
 from heavytail import names
 
-from heavytail.science.energy import ENERGY_BACKENDS  # energy-distance kernels, not attention backends
 from heavytail.science.energy import check_finite, energy_distance, energy_distance_1d
-from heavytail.names import RATIO_STATISTICS
+from heavytail.names import ENERGY_BACKENDS, RATIO_STATISTICS  # energy-distance kernels, not attention backends
 
 __all__ = [
     "ENERGY_BACKENDS",
