@@ -317,6 +317,30 @@ def test_the_library_statistics_agree_with_the_formulas_they_replaced_on_the_shi
         assert C.clopper_pearson(k, n) == pytest.approx(_old_clopper_pearson(k, n), rel=1e-9, abs=1e-12)
 
 
+def test_the_t_interval_tost_and_slope_are_scipys():
+    """t_interval and tost_equivalent compute the t test from the distribution's ufuncs, and slope the least-squares
+    slope, directly (fast enough for the null simulations); they must be scipy.stats.ttest_1samp's interval, p and
+    one-sided tests, and scipy.stats.linregress's slope, to rounding."""
+    from scipy import stats
+
+    rng = np.random.default_rng(3)
+    for n in (2, 3, 5, 8, 20):
+        for _ in range(40):
+            x = rng.normal(rng.normal(0, 0.2), rng.uniform(0.01, 0.5), n)
+            for level in (C.LEVEL, 0.90, 0.99):
+                test, est = stats.ttest_1samp(x, 0.0), C.t_interval(list(x), level)
+                ci = test.confidence_interval(level)
+                assert (est.low, est.high) == pytest.approx((ci.low, ci.high), rel=1e-9, abs=1e-12)
+                assert est.p == pytest.approx(test.pvalue, rel=1e-9, abs=1e-15) and est.n == n
+            xs = rng.permutation(np.log2([256, 1024, 4096, 16384][: max(2, n % 5)]))
+            ys = rng.normal(0, 1, len(xs))
+            assert C.slope(xs, ys) == pytest.approx(stats.linregress(xs, ys).slope, rel=1e-9, abs=1e-12)
+            m = C.EQUIVALENCE_MARGIN
+            scipy_says = max(stats.ttest_1samp(x, -m, alternative="greater").pvalue,
+                             stats.ttest_1samp(x, m, alternative="less").pvalue) < 0.05
+            assert C.tost_equivalent(list(x), m) == scipy_says
+
+
 def test_one_seed_with_both_variants_is_undecided_not_an_error():
     # the sign-flip test over one difference: both of its sign patterns are as extreme as it, p = 1
     assert C.signflip_p([0.3]) == 1.0

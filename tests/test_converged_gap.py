@@ -3,6 +3,7 @@ selection rule picks on its own seeds only, writes stage 2's grid, and the claim
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -19,10 +20,15 @@ M = 1000
 TOL = 3 * math.sqrt(0.05 * 0.95 / M)
 
 
+@functools.lru_cache(maxsize=None)  # the null simulations build the same few configurations ~10^5 times
+def _config(seed, n, kernel, backend, lr, extra):
+    return RunConfig(d_model=32, n_blocks=2, d_ff=64, kernel=kernel, attention_backend=backend, lr=lr, seed=seed,
+                     n_points=n, trials_per_step=1, steps=3000, warmup_steps=100, eval_n_points=1024,
+                     eval_at_train_n=True, device="cpu", **dict(extra)).to_dict()
+
+
 def _run(seed, n, kernel="softmax", backend="sdpa", lr=1e-3, val=0.0, ratio=2.0, train_ratio=None, **extra):
-    cfg = RunConfig(d_model=32, n_blocks=2, d_ff=64, kernel=kernel, attention_backend=backend, lr=lr, seed=seed,
-                    n_points=n, trials_per_step=1, steps=3000, warmup_steps=100, eval_n_points=1024,
-                    eval_at_train_n=True, device="cpu", **extra).to_dict()
+    cfg = dict(_config(seed, n, kernel, backend, lr, tuple(sorted(extra.items()))))
     return complete({"config": cfg, "median": {"ratio": ratio}, "trace": {"val_log_energy": [val + 1, val]},
                      "at_train_n": {"n_points": n, "median": {"ratio": train_ratio if train_ratio is not None else ratio}},
                      "collapse": {"label": "ok", "fraction": 0.0}, "train_seconds": 10.0})

@@ -216,9 +216,11 @@ def test_rate_rules_false_positive_rate_at_the_boundary():
     rng = np.random.default_rng(4)
     n_sim, cell = 1000, T.Cell("post", "softmax", False, "swap-pareto")
     wrong = {"p1": 0, "avoid": 0, "p2-swap": 0}
+    # Each seed's two possible softmax runs and the slower kernels' runs, built once (the rules only read them).
+    runs = {(s, c): _run(cell, s, c, 1.0) for s in T.SEEDS for c in (0.0, 1.0)}
+    healthy = {k: [_run(cell, s, 0.0, 1.0) for s in T.SEEDS] for k in SLOWER}
     for _ in range(n_sim):
-        soft = [_run(cell, s, float(rng.random() < 0.5), 1.0) for s in T.SEEDS]
-        healthy = {k: [_run(cell, s, 0.0, 1.0) for s in T.SEEDS] for k in SLOWER}
+        soft = [runs[s, float(rng.random() < 0.5)] for s in T.SEEDS]
         wrong["p1"] += R.p1_collapse(soft, healthy).verdict == C.REPRODUCED
         wrong["avoid"] += R.avoids(soft).verdict == C.REPRODUCED
         wrong["p2-swap"] += R.p2_decision(soft, "swap-pareto").verdict == C.REPRODUCED

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -59,25 +59,25 @@ class Estimate:
 
 
 def t_interval(values: Sequence[float], level: float = LEVEL) -> Estimate:
-    """The mean of per-seed values with Student's t interval (seeds are the replicates), by
-    ``scipy.stats.ttest_1samp``; its p is the two-sided test of mean 0."""
+    """The mean of per-seed values with Student's t interval (seeds are the replicates), as
+    ``scipy.stats.ttest_1samp`` gives it; its p is the two-sided test of mean 0. Computed from the t distribution's
+    ufuncs: ttest_1samp's checks cost ~1 ms a call, and the rules' null simulations make ~10^5 calls."""
     x = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
-    n = len(x)
-    if n == 0:
-        return Estimate(math.nan, math.nan, math.nan, 0, level)
-    mean = float(x.mean())
-    if n == 1:
-        return Estimate(mean, -math.inf, math.inf, 1, level)
-    if float(x.std(ddof=1)) == 0:  # every seed the same: no spread, and scipy's t is undefined
+    n, mean = len(x), float(x.mean()) if len(x) else math.nan
+    if n < 2:
+        return Estimate(mean, -math.inf if n else math.nan, math.inf if n else math.nan, n, level)
+    if (sd := float(x.std(ddof=1))) == 0:  # every seed the same: no spread, and the t statistic is undefined
         return Estimate(mean, mean, mean, n, level, 0.0 if mean != 0 else 1.0)
-    test = stats.ttest_1samp(x, 0.0)
-    ci = test.confidence_interval(level)
-    return Estimate(mean, float(ci.low), float(ci.high), n, level, float(test.pvalue))
+    se, df = sd / math.sqrt(n), n - 1
+    half = float(special.stdtrit(df, 0.5 + level / 2)) * se
+    return Estimate(mean, mean - half, mean + half, n, level, float(2 * special.stdtr(df, -abs(mean) / se)))
 
 
 def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Least-squares slope of ys on xs (``scipy.stats.linregress``)."""
-    return float(stats.linregress(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)).slope)
+    """Least-squares slope of ys on xs: ``scipy.stats.linregress``'s, written out (~100x cheaper per seed)."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    dx = x - x.mean()
+    return float((dx * (y - y.mean())).sum() / (dx * dx).sum())
 
 
 def per_seed_slopes(by_seed: Mapping[int, Mapping[int, float]]) -> dict[int, float]:
@@ -143,13 +143,13 @@ def equivalence_rule(log_ratios: Sequence[float], min_seeds: int = MIN_SEEDS,
 
 
 def tost_equivalent(values: Sequence[float], margin: float, alpha: float = 0.05) -> bool:
-    """Two one-sided t tests (``scipy.stats.ttest_1samp`` against -margin and +margin): is the mean within
-    +-margin at level ``alpha``? The same as the 1 - 2 alpha interval lying inside the margin."""
+    """Two one-sided t tests (``scipy.stats.ttest_1samp``'s against -margin and +margin, from the t ufuncs as in
+    :func:`t_interval`): is the mean within +-margin at level ``alpha``? As the 1 - 2 alpha interval inside it."""
     x = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
     if len(x) < 2 or float(x.std(ddof=1)) == 0:
         return len(x) >= 2 and abs(float(x.mean())) < margin
-    above = stats.ttest_1samp(x, -margin, alternative="greater").pvalue
-    below = stats.ttest_1samp(x, margin, alternative="less").pvalue
+    mean, se, df = float(x.mean()), float(x.std(ddof=1)) / math.sqrt(len(x)), len(x) - 1
+    above, below = special.stdtr(df, -(mean + margin) / se), special.stdtr(df, (mean - margin) / se)
     return bool(max(above, below) < alpha)
 
 
@@ -238,10 +238,10 @@ def rate_rule(hits: int, n: int, threshold: float = 0.5, min_seeds: int = MIN_SE
                                     f"{hits / n:.2g}, the rule would decide with probability {chances}")
 
 
+@functools.lru_cache(maxsize=None)  # a few (k, n) pairs, asked ~10^4 times by the null simulations
 def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
     """The exact (Clopper-Pearson) interval of a rate, ``scipy.stats.binomtest(...).proportion_ci``."""
-    ci = stats.binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
-    return float(ci.low), float(ci.high)
+    return tuple(map(float, stats.binomtest(k, n).proportion_ci(confidence_level=level, method="exact")))
 
 
 # ------------------------------------------------------------------------------------ power
@@ -255,7 +255,7 @@ def _rate_decided_counts(n: int, threshold: float, level: float) -> tuple[int, .
 def rate_decide_chance(rate: float, n: int, threshold: float = 0.5, level: float = LEVEL) -> float:
     """The probability that :func:`rate_rule` decides, either way, from ``n`` seeds when the event's true rate is
     ``rate``: the binomial mass of the counts whose interval excludes ``threshold``."""
-    return float(sum(stats.binom.pmf(k, n, rate) for k in _rate_decided_counts(n, threshold, level)))
+    return float(stats.binom.pmf(np.array(_rate_decided_counts(n, threshold, level), dtype=int), n, rate).sum())
 
 
 def t_power(effect: float, sd: float, n: int, level: float = LEVEL) -> float:
