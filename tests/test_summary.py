@@ -144,6 +144,19 @@ def test_seeds_aggregate_to_the_median_with_their_range_and_a_majority_collapse_
     assert agg["collapse"]["label"] == "collapse"
 
 
+def test_a_run_recorded_before_a_setting_existed_is_a_seed_of_the_configuration_at_its_default():
+    """A grid folder resumed after an update holds runs whose results lack a setting added since (they ran at its
+    default): they aggregate with the runs that record the default, and apart from those that set another value."""
+    old = fake_results(seed=0)
+    old["config"] = {k: v for k, v in old["config"].items() if k != "energy_backend"}
+    runs = [FinishedRun.from_results(r) for r in (old, fake_results(seed=1))]
+    (agg,) = S.aggregate(runs)
+    assert agg["n_seeds"] == 2
+    other = fake_results(seed=2)
+    other["config"]["energy_backend"] = "eager"
+    assert len(S.aggregate([*runs, FinishedRun.from_results(other)])) == 2
+
+
 def test_two_configurations_on_one_cell_are_an_error_naming_the_difference():
     runs = [FinishedRun.from_results(fake_results()), FinishedRun.from_results(fake_results())]
     cfg = dict(runs[1].results["config"], attention_backend="tiled")
