@@ -249,17 +249,25 @@ def test_killing_the_grid_stops_its_workers_and_their_kernels(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "heavytail", "grid", str(grid_file), "--output-root",
                              str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     parent = psutil.Process(proc.pid)
-    deadline = time.time() + 300
-    kernels: list[psutil.Process] = []
-    while time.time() < deadline and not kernels:
-        time.sleep(1)
-        kernels = [p for p in parent.children(recursive=True) if "ipykernel" in " ".join(p.cmdline())]
-    assert kernels, "the grid never started a notebook kernel"
-    descendants = parent.children(recursive=True)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    gone, alive = psutil.wait_procs(descendants, timeout=60)
-    assert not alive, f"still running after the grid was killed: {[p.cmdline()[:4] for p in alive]}"
+    descendants: list[psutil.Process] = []
+    try:
+        deadline = time.time() + 300
+        kernels: list[psutil.Process] = []
+        while time.time() < deadline and not kernels:
+            time.sleep(1)
+            kernels = [p for p in parent.children(recursive=True) if "ipykernel" in " ".join(p.cmdline())]
+        assert kernels, "the grid never started a notebook kernel"
+        descendants = parent.children(recursive=True)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        gone, alive = psutil.wait_procs(descendants, timeout=60)
+        assert not alive, f"still running after the grid was killed: {[p.cmdline()[:4] for p in alive]}"
+    finally:  # however the test ends (a failure, a stopped session), its 100,000-step grid must not outlive it
+        for p in [parent, *descendants, *(parent.children(recursive=True) if parent.is_running() else [])]:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
 
 
 def _slow_stand_in(job):
