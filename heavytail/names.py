@@ -45,27 +45,19 @@ class _View(Mapping):
 # ---------------------------------------------------------------------------------------- kernels
 @dataclass(frozen=True)
 class KernelRow:
-    """One attention kernel g of eq. 7.
+    """One attention kernel g of eq. 7: a row of Table 1 (or of the power-ELU family of App. A)."""
 
-    Attributes:
-        label: how tables and figures name it.
-        growth: growth of g(s) as s -> inf (the last column of Table 1).
-        order: q with g(s) ~ s^q as s -> inf (inf for e^s, 0 for slower than every power): E[g(S)] is finite
-            on Pareto(a) scores iff q < a (App. A), so q decides on which tails the normaliser of eq. 7 exists.
-        color: its one colour in every figure.
-        paper: one of Table 1's four kernels (the paper's tables and figures list exactly these).
-        form: the closed form :mod:`heavytail.science.kernels` builds the functions from, or None for hand-written
-            functions registered under the kernel's name. ``"power_elu"``: g(s) = (1 + elu(s))^order (App. A).
-        short: its name in running text, table cells and legends (:func:`variant_name`).
-    """
-
-    label: str
-    growth: str
+    label: str  # how tables and figures name it
+    growth: str  # growth of g(s) as s -> inf (the last column of Table 1)
+    # q with g(s) ~ s^q as s -> inf (inf for e^s, 0 for slower than every power): E[g(S)] is finite on Pareto(a)
+    # scores iff q < a (App. A), so q decides on which tails the normaliser of eq. 7 exists.
     order: float
-    color: str
-    paper: bool = False
+    color: str  # its one colour in every figure
+    paper: bool = False  # one of Table 1's four kernels (the paper's tables and figures list exactly these)
+    # The closed form heavytail.science.kernels builds the functions from, or None for hand-written functions
+    # registered under the kernel's name. "power_elu": g(s) = (1 + elu(s))^order (App. A).
     form: str | None = None
-    short: str = ""
+    short: str = ""  # its name in running text, table cells and legends (variant_name)
 
 
 # Table 1's kernels first, fastest-growing first (the paper's table order); then the power-ELU family of
