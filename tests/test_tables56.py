@@ -247,3 +247,13 @@ def test_similar_false_positive_rate_at_the_margin():
     assert calls / n_sim <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / n_sim)
     assert R.similar([0.01, -0.02, 0.03, 0.0, -0.01, 0.02]).verdict == C.REPRODUCED
     assert R.similar([2.0, 2.1, 1.9, 2.2, 2.0, 1.8]).verdict == C.NOT_REPRODUCED
+
+
+def test_the_shape_table_says_when_a_softmax_cell_has_no_partner_yet():
+    from heavytail.studies.collapse import tables56_views as V
+
+    shaped = {"shape": "learned, then diverged", "diverged_at": 4675}
+    table = V.shape_table({"with": {0: shaped}, "without": {}}, label=str)
+    rows = {r["softmax runs"]: r for r in table["rows"]}
+    assert rows["with"]["seeds"] == "0" and rows["with"]["divergence steps"] == "4,675"
+    assert rows["without"]["seeds"] == "none yet with a log-ELU partner" and rows["without"]["divergence steps"] == "-"

@@ -78,7 +78,9 @@ def shape_table(cells: Mapping[Any, Mapping[int, Mapping[str, Any]]], label) -> 
     rows = []
     for group, per_seed in cells.items():
         counts = {s: sum(v["shape"] == s for v in per_seed.values()) for s in T.SHAPES}
-        rows.append({"softmax runs": label(group), "seeds": ", ".join(map(str, per_seed)),
+        # A softmax run whose partner (log-ELU, same cell and seed) has not run has no shape yet: say so.
+        seeds = ", ".join(map(str, per_seed)) or "none yet with a log-ELU partner"
+        rows.append({"softmax runs": label(group), "seeds": seeds,
                      **{s: counts[s] for s in T.SHAPES},
                      "divergence steps": ", ".join(f"{v['diverged_at']:,}" for v in per_seed.values()
                                                    if v["diverged_at"]) or "-"})
