@@ -15,9 +15,11 @@ Papermill passes parameters as a dict, the command line as YAML: both go through
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping
 
 import yaml
@@ -168,6 +170,12 @@ class RunConfig:
             raise ValueError(f"{path}: expected a mapping of configuration keys, got {type(data).__name__}")
         return cls.from_dict(data, **overrides)
 
+    @classmethod
+    def with_defaults(cls, recorded: Mapping[str, Any]) -> dict[str, Any]:
+        """A recorded configuration with the defaults of the settings added since it was recorded (the run took
+        them then), so that it compares equal to a new run's of the same configuration."""
+        return {**_defaults(), **recorded}
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -215,6 +223,11 @@ class RunConfig:
             split_block=self.split_block if self.split_kernel else None,
             qk_norm=self.qk_norm,
         )
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> Mapping[str, Any]:
+    return MappingProxyType(RunConfig().to_dict())
 
 
 def _coerce(name: str, value: Any, kind: type) -> Any:

@@ -55,7 +55,6 @@ from heavytail.names import RATIO_STATISTICS as STATISTICS
 # Settings that change how a run is executed but not its results; runs differing only in these and in
 # the seed are seeds of one configuration.
 OPERATIONAL = PACING_KEYS | {"seed"}
-_DEFAULTS = RunConfig().to_dict()
 # What "What ran at this scale" prints, next to the paper's value (RunConfig defaults are Table 3).
 SCALE_FIELDS = ("n_points", "trials_per_step", "steps", "warmup_steps", "d_model", "n_blocks", "d_ff", "n_heads",
                 "lr", "precision", "attention_backend", "eval_trials", "eval_n_points", "bootstrap_resamples",
@@ -96,18 +95,12 @@ def cell_key(config: Mapping[str, Any]) -> tuple[str, str, str, str, bool]:
     return (config["benchmark"], config["marginals"], config["norm"], config["kernel"], bool(config["symlog"]))
 
 
-def _effective(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` with the defaults of the settings added after it was recorded (a run evaluated before a setting
-    existed took its default, so it is one configuration with the runs that record that default)."""
-    return {**_DEFAULTS, **config}
-
-
 def aggregate(runs: Iterable[FinishedRun]) -> list[dict[str, Any]]:
     """Group runs into configurations (all settings but the seed and :data:`OPERATIONAL` ones) and
     aggregate their seeds as described in the module docstring. Returns one dict per configuration."""
     groups: dict[tuple, list[FinishedRun]] = {}
     for run in runs:
-        key = tuple(sorted((k, repr(v)) for k, v in _effective(run.config).items() if k not in OPERATIONAL))
+        key = tuple(sorted((k, repr(v)) for k, v in RunConfig.with_defaults(run.config).items() if k not in OPERATIONAL))
         groups.setdefault(key, []).append(run)
     aggs = [_aggregate_group(sorted(g, key=lambda r: r.config.get("seed", 0))) for g in groups.values()]
     return sorted(aggs, key=lambda a: (a["benchmark"], a["marginals"], NORMS.index(a["norm"]) if a["norm"] in NORMS else 9,
@@ -177,7 +170,7 @@ def index_cells(aggs: Iterable[Mapping[str, Any]]) -> dict[tuple, Mapping[str, A
     for agg in aggs:
         other = cells.get(agg["key"])
         if other is not None:
-            mine, theirs = _effective(agg["config"]), _effective(other["config"])
+            mine, theirs = RunConfig.with_defaults(agg["config"]), RunConfig.with_defaults(other["config"])
             differ = sorted(k for k in set(mine) - OPERATIONAL if mine.get(k) != theirs.get(k))
             raise ValueError(f"two configurations share the table cell {agg['key']} and differ in {differ}; "
                              f"select one with filter_runs(runs, {differ[0]}=...) (notebook parameter 'filters')")

@@ -220,11 +220,8 @@ def cross_check(own: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[st
     sum of the cells' U against its null mean and variance), two-sided. The runs agree when p >= 0.05.
     Rounding differs between machines and training amplifies it, so seed-by-seed equality is not expected;
     the distribution over seeds is."""
-    defaults = RunConfig().to_dict()
-
     def key(r):
-        # A setting added after a map was trained is absent from its runs' configs and took its default then.
-        config = {**defaults, **r["config"]}
+        config = RunConfig.with_defaults(r["config"])  # a map trained before a setting existed took its default
         return tuple(sorted((k, repr(v)) for k, v in config.items()
                             if k not in ("seed", "device", "eval_batch_trials", "checkpoint_every", "log_every")))
     ref: dict[tuple, list[float]] = {}
