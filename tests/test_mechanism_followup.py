@@ -92,6 +92,7 @@ def test_the_notebooks_sentence_names_the_setting_it_waits_for_or_the_command():
     assert "waits for lr3e-4" in V.followup_text([]) and "mechanism-followup`" not in V.followup_text([])
     configs = [c.to_dict() for c in GridSpec.from_yaml(SCREEN).configs if c.lr == 3e-4]
     steps = list(range(25, M.SCREEN_STEPS + 1, 25))
-    runs = [{"config": {**c, "log_every": 25}, "trace": {"step": steps, "loss": [0.1] * len(steps)}} for c in configs]
+    runs = [complete({"config": {**c, "log_every": 25}, "trace": {"step": steps, "loss": [0.1] * len(steps)}})
+            for c in configs]
     text = V.followup_text(runs)
     assert "lr3e-4: softmax learns on every screened seed" in text and "python -m heavytail mechanism-followup" in text

@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 from heavytail.pipeline.grid_file import GridSpec  # noqa: E402
 from heavytail.studies.collapse import mechanism as M  # noqa: E402
 from heavytail.studies.collapse import mechanism_views as V  # noqa: E402
+from summaries import complete  # noqa: E402
 
 
 def test_every_run_of_the_screen_grid_is_one_setting_with_both_kernels_on_both_seeds():
@@ -22,7 +23,7 @@ def test_every_run_of_the_screen_grid_is_one_setting_with_both_kernels_on_both_s
 
 def _run(config, loss):
     steps = list(range(25, M.SCREEN_STEPS + 1, 25))
-    return {"config": {**config, "log_every": 25}, "trace": {"step": steps, "loss": [loss] * len(steps)}}
+    return complete({"config": {**config, "log_every": 25}, "trace": {"step": steps, "loss": [loss] * len(steps)}})
 
 
 def test_the_screen_table_states_each_seeds_ratio_and_the_verdict():

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from heavytail.harness.config import RunConfig
 from heavytail.io import dumps_json
 from heavytail.studies.run_record import CONFIG_KEYS, RunRecord
 from summaries import complete
@@ -57,3 +58,25 @@ def test_every_configuration_key_the_readers_take_is_required():
         del s["config"][key]
         with pytest.raises(ValueError, match=f"config.{key}"):
             RunRecord.from_summary(s)
+
+
+def test_every_setting_a_study_reads_is_typed_and_one_the_run_did_not_record_reads_the_default_it_took():
+    s = _summary()
+    s["config"].update(lr="3e-4", symlog=True, steps=6000, log_every=25)
+    for added_later in ("qk_norm", "split_kernel"):  # settings added to RunConfig after such a run
+        s["config"].pop(added_later, None)
+    run = RunRecord.from_summary(s)
+    assert (run.lr, run.symlog, run.steps, run.log_every) == (3e-4, True, 6000, 25)
+    assert isinstance(run.lr, float) and isinstance(run.steps, int)
+    assert (run.qk_norm, run.split_kernel) == (RunConfig().qk_norm, RunConfig().split_kernel) == (False, "")
+    assert "qk_norm" not in run.config and run.to_summary() == s  # the default is read, never written back
+    typed = [k for k, v in vars(RunRecord).items() if type(v).__name__ == "_Configured"]
+    assert set(CONFIG_KEYS) <= set(typed) <= set(RunConfig().to_dict())
+
+
+def test_a_study_takes_plain_summaries_and_records_alike():
+    from heavytail.studies.run_record import records
+
+    plain = [_summary(), _summary(name="other")]
+    made = records(plain)
+    assert [r.seed for r in made] == [3, 3] and records(made)[0] is made[0]

@@ -42,19 +42,20 @@ def recorded_variant(run: Mapping[str, Any]) -> tuple[str, str] | None:
     """The variant of the attention path the run's training recorded (:attr:`heavytail.studies.grid_folder.FinishedRun.attention`), or None for a
     summary made before summaries kept it and a run whose training recorded none. PathMismatch when the record
     names paths of two variants (softmax through SDPA for some shapes and tiled for others)."""
+    run = RunRecord.from_summary(run)
     label = (run.get("attention") or {}).get("train")
     if not label:
         return None
-    kernel = run["config"]["kernel"]
+    kernel = run.kernel
     try:
         found = list(dict.fromkeys(variant_of(kernel, b) for b in label_backends(label)))
     except ValueError as err:
         raise PathMismatch(f"run {run.get('name', '?')}: {err}") from None
-    if run["config"].get("split_kernel") and len(found) > 1:
+    if run.split_kernel and len(found) > 1:
         # A split model (one block computes eq. 7 with another kernel: an intervention) records the paths of both
         # kernels in one label, which does not say which block ran which; the run is its kernel's configured
         # variant when that is among the paths, the other paths being the split block's.
-        configured = configured_variant(run["config"])
+        configured = configured_variant(run.config)
         found = [configured] if configured in found else found
     if len(found) > 1:
         raise PathMismatch(f"run {run.get('name', '?')}: its training recorded the attention paths {label!r}, which "
@@ -69,9 +70,10 @@ def variant(run: Mapping[str, Any]) -> tuple[str, str]:
     path of another variant than the configuration's is a :class:`PathMismatch`, never silently regrouped."""
     if "config" not in run:  # a configuration, not a run summary (no configuration key is called "config")
         return configured_variant(run)
-    configured, ran = configured_variant(run["config"]), recorded_variant(run)
+    run = RunRecord.from_summary(run)
+    configured, ran = configured_variant(run.config), recorded_variant(run)
     if ran is not None and ran != configured:
-        asked = run["config"].get("attention_backend", "auto")
+        asked = run.attention_backend
         raise PathMismatch(
             f"run {run.get('name', '?')}: its configuration asks for attention_backend={asked!r} "
             f"({variant_name(configured)}) but its training ran {run['attention']['train']!r} ({variant_name(ran)}); "

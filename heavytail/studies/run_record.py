@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
+
+from heavytail.harness.config import RunConfig
 
 # What every reader of a run takes: its name, configuration, eq. 36-37's ratios (median and mean) and the collapse
 # label with the share of collapsed trials (App. I).
@@ -30,8 +32,13 @@ def _frozen(value: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(value))
 
 
+# What a run took for a setting it did not record (one added to RunConfig after it ran): RunConfig's default then.
+_TOOK = MappingProxyType(RunConfig.with_defaults({}))
+
+
 class _Configured:
-    """A typed read of the configuration key of the attribute's name: ``run.seed`` is ``int(run.config["seed"])``."""
+    """A typed read of the configuration setting of the attribute's name: ``run.seed`` is ``int(run.config["seed"])``;
+    a setting the run did not record reads the default it took (:meth:`RunConfig.with_defaults`)."""
 
     def __init__(self, cast: Any) -> None:
         self.cast = cast
@@ -40,7 +47,9 @@ class _Configured:
         self.key = name
 
     def __get__(self, run: Any, owner: type | None = None) -> Any:
-        return self if run is None else self.cast(run.config[self.key])
+        if run is None:
+            return self
+        return self.cast(run.config[self.key] if self.key in run.config else _TOOK[self.key])
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,10 +93,27 @@ class RunRecord(Mapping[str, Any]):
         return replace(self, **own, parts={**self.parts, **changes}) if changes else replace(self, **own)
 
     # -------------------------------------------------------------------------------- what the studies read
+    # The task, model variant, seed and recipe of the run (RunConfig's settings of these names, typed).
+    benchmark = _Configured(str)
+    marginals = _Configured(str)
     kernel = _Configured(str)
+    attention_backend = _Configured(str)
+    split_kernel = _Configured(str)  # "" unless one block's kernel differs (an intervention)
+    qk_norm = _Configured(bool)  # queries and keys layer-normalised before the score (an intervention)
+    norm = _Configured(str)
+    symlog = _Configured(bool)
+    precision = _Configured(str)
+    flush_subnormals = _Configured(bool)
+    tail_regime = _Configured(str)
     seed = _Configured(int)
     n_points = _Configured(int)  # the training N
+    trials_per_step = _Configured(int)
+    steps = _Configured(int)  # the budget (the cap, under a stopping rule)
+    stop_min_steps = _Configured(int)
+    lr = _Configured(float)
+    log_every = _Configured(int)  # the training trace's logging grid
     eval_n_points = _Configured(int)  # the common evaluation N at which ``median`` and ``mean`` were scored
+    collapse_spread = _Configured(float)  # the spread below which a trial counts as collapsed (App. I)
 
     @property
     def ratio(self) -> float:
@@ -118,6 +144,11 @@ class RunRecord(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"RunRecord({self.name!r}, kernel={self.config.get('kernel')!r}, seed={self.config.get('seed')!r})"
+
+
+def records(runs: Iterable[Mapping[str, Any]]) -> list[RunRecord]:
+    """The runs as records, each checked (a record passes unchanged): what a study calls on the runs handed to it."""
+    return [RunRecord.from_summary(r) for r in runs]
 
 
 def shape_problem(run: Any) -> str | None:

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from heavytail.science.collapse import collapsed
+from heavytail.studies.run_record import RunRecord
 
 PERMUTATIONS = 999
 _ANGLES = np.linspace(0.0, np.pi, 180, endpoint=False)
@@ -26,7 +27,7 @@ def trials_of(run: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
     tc = run.get("trial_collapse")
     if not tc:
         return None
-    threshold = run["config"]["collapse_spread"]
+    threshold = RunRecord.from_summary(run).collapse_spread
     ratio = np.asarray(tc["spread_ratio"], dtype=float)
     import torch
 

@@ -57,6 +57,7 @@ from heavytail.studies import claims as C
 from heavytail.studies.collapse import tables56, tables56_rules
 from heavytail.studies.core import collapsed_steps, map_extent, paired_by_seed, variant  # noqa: F401  (variant: re-exported)
 from heavytail.studies.paper_numbers import PAPER_ONSET
+from heavytail.studies.run_record import RunRecord, records
 
 NOTEBOOK = "09_collapse_ladder"
 # A verdict at a rung needs this many seeds per kernel: a paired sign-flip test on 5 untied seeds cannot go
@@ -130,11 +131,11 @@ def rung_of(config: Mapping[str, Any]) -> str | None:
 def ladder_cells(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, tuple[str, str]], list[Mapping[str, Any]]]:
     """Runs grouped by (rung, variant), each list ordered by seed; runs of no rung are left out."""
     out: dict[tuple[str, tuple[str, str]], list[Mapping[str, Any]]] = {}
-    for r in runs:
-        rung = rung_of(r["config"])
+    for r in records(runs):
+        rung = rung_of(r.config)
         if rung is not None:
             out.setdefault((rung, variant(r)), []).append(r)
-    return {k: sorted(v, key=lambda r: r["config"]["seed"]) for k, v in out.items()}
+    return {k: sorted(v, key=lambda r: r.seed) for k, v in out.items()}
 
 
 def ordered_cells(runs: Sequence[Mapping[str, Any]]) -> list[tuple[tuple[str, tuple[str, str]], list[Mapping[str, Any]]]]:
@@ -156,7 +157,8 @@ def bf16_path(run: Mapping[str, Any]) -> str | None:
     (:func:`heavytail.harness.cpu_bf16.path`): ``"torch"``, ``"emulated"``, ``"torch+emulated"`` for a run resumed
     across machines; None for a float32 run. Runs trained before the emulation existed record nothing and took
     torch's kernels."""
-    if run["config"]["precision"] != "bf16":
+    run = RunRecord.from_summary(run)
+    if run.precision != "bf16":
         return None
     paths = {entry.get("bf16_matmuls") or "torch" for entry in run.get("provenance") or [{}]}
     return "+".join(p for p in BF16_PATHS if p in paths)
@@ -170,7 +172,7 @@ def _emulated_share(runs: Sequence[Mapping[str, Any]]) -> str:
 
 def onsets(runs: Sequence[Mapping[str, Any]]) -> dict[int, int | None]:
     """Per seed, the collapse onset step of the run (None when it ends healthy)."""
-    return {r["config"]["seed"]: r["collapse"].get("onset") for r in runs}
+    return {r.seed: r["collapse"].get("onset") for r in records(runs)}
 
 
 def paper_collapse(soft: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]],
@@ -218,7 +220,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         soft = cs.get((rung.name, SOFTMAX_SDPA), [])
         if not soft and not cs.get((rung.name, LOG_ELU)):
             continue
-        symlog = bool(soft and soft[0]["config"]["symlog"])
+        symlog = bool(soft and soft[0].symlog)
         times = onsets(soft)
         onset_text = ", ".join(f"seed {s}: {'step ' + str(t) if t is not None else 'none'}" for s, t in times.items())
         for partner, suffix in PARTNERS:

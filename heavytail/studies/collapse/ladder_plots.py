@@ -82,7 +82,7 @@ def task_figure(runs: Sequence[Mapping], tests: Mapping[str, Mapping] | None = N
         omega, flags = trials_of(r)
         ax.scatter(omega[~flags, 0], omega[~flags, 1], s=12, color="0.6", label="healthy")
         ax.scatter(omega[flags, 0], omega[flags, 1], s=22, marker="x", color=_color(L.variant(r)), label="collapsed")
-        names = [n for n, _, _ in OMEGA_T_RANGES[r["config"]["benchmark"]]]
+        names = [n for n, _, _ in OMEGA_T_RANGES[r.benchmark]]
         ax.set_xlabel(names[0])
         ax.set_ylabel(names[1])
         t = (tests or {}).get(r["name"])
@@ -142,9 +142,9 @@ def onset_figure(runs: Sequence[Mapping], block: int = 0, before: int | None = N
         drawn = {L.variant(r) for _, r in onset}
         partners = {}  # (rung, seed) -> (the log-ELU run, the onset it is aligned on: softmax's, where it has one)
         for rung, r in sorted(onset, key=lambda t: L.variant(t[1])[0] != "softmax"):
-            p = {x["config"]["seed"]: x for x in cs.get((rung, L.LOG_ELU), [])}.get(r["config"]["seed"])
+            p = {x.seed: x for x in cs.get((rung, L.LOG_ELU), [])}.get(r.seed)
             if p is not None and L.variant(r) != L.LOG_ELU:
-                partners.setdefault((rung, r["config"]["seed"]), (p, r["collapse"]["onset"]))
+                partners.setdefault((rung, r.seed), (p, r["collapse"]["onset"]))
         drawn |= {L.LOG_ELU} if partners else set()
         groups: dict[tuple, list] = {}  # (rung, variant) -> the aligned runs
         for rung, r in onset:
@@ -224,7 +224,7 @@ def window_figure(runs: Sequence[Mapping], block: int = 0, key: str = "attn_abso
     rows = sorted(((rung, r) for (rung, v), rs in cs.items() for r in rs
                    if (r.get("onset_window") or {}).get("center") is not None),
                   key=lambda t: (order.get(t[0], 99), list(L.VARIANT_LABELS).index(L.variant(t[1]))
-                                 if L.variant(t[1]) in L.VARIANT_LABELS else 99, t[1]["config"]["seed"]))
+                                 if L.variant(t[1]) in L.VARIANT_LABELS else 99, t[1].seed))
     fig, ax = plt.subplots(figsize=(11, 0.9 + 0.24 * max(1, len(rows))), constrained_layout=True)
     if not rows:
         ax.text(0.5, 0.5, "no run's batch collapsed after a healthy stretch", ha="center", va="center",
@@ -274,11 +274,11 @@ def loss_figure(runs: Sequence[Mapping]):
     for ax, rung in zip(axes[0], rungs):
         for v in (L.SOFTMAX_SDPA, L.LOG_ELU):
             for i, run in enumerate(cs.get((rung.name, v), [])):
-                steps, loss = T.regular_rows(run["trace"], int(run["config"].get("log_every", 25)))
+                steps, loss = T.regular_rows(run["trace"], run.log_every)
                 if len(steps):
                     ax.plot(steps, T.rolling_median(loss), color=_color(v), lw=0.9, alpha=0.75,
                             label=L.VARIANT_LABELS[v] if i == 0 else None)
-        symlog = any(r["config"]["symlog"] for v in (L.SOFTMAX_SDPA,) for r in cs.get((rung.name, v), []))
+        symlog = any(r.symlog for v in (L.SOFTMAX_SDPA,) for r in cs.get((rung.name, v), []))
         ax.axvline(PAPER_ONSET[symlog], color="k", ls=":", lw=1)
         ax.set_yscale("log")
         ax.set_title(f"{rung.name}: {rung.short}", fontsize=9)

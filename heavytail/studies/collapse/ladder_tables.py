@@ -27,8 +27,8 @@ def table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for (rung, v), rs in ordered_cells(runs):
         rows.append({
             "rung": rung, "variant": VARIANT_LABELS.get(v, "/".join(v)),
-            "seeds": ", ".join(str(r["config"]["seed"]) for r in rs),
-            "steps": ", ".join(sorted({str(r["config"]["steps"]) for r in rs})),
+            "seeds": ", ".join(str(r.seed) for r in rs),
+            "steps": ", ".join(sorted({str(r.steps) for r in rs})),
             "runs collapsed": f"{sum(map(labelled, rs))} of {len(rs)}",
             "runs diverged": f"{diverged_count(rs)} of {len(rs)}",
             "collapsed batches (share of logged steps, per seed)": ", ".join(f"{collapsed_steps(r):.3f}" for r in rs),
@@ -99,12 +99,12 @@ def precursors(runs: Sequence[Mapping[str, Any]], block: int = 0, span: int = 10
     key = f"block{block}.qk_grad_norm"
     out = []
     for (rung, v), rs in cs.items():
-        partners = {x["config"]["seed"]: x for x in cs.get((rung, LOG_ELU), [])} if v != LOG_ELU else {}
+        partners = {x.seed: x for x in cs.get((rung, LOG_ELU), [])} if v != LOG_ELU else {}
         for r in rs:
             if (onset := r["collapse"].get("onset")) is None:
                 continue
-            p = partners.get(r["config"]["seed"])
-            out.append({"rung": rung, "variant": v, "seed": r["config"]["seed"], "onset": onset, "span": span,
+            p = partners.get(r.seed)
+            out.append({"rung": rung, "variant": v, "seed": r.seed, "onset": onset, "span": span,
                         "saturated_from": saturated_from(r, block),
                         "collapsed_before": None if math.isnan(c := collapsed_steps(r, onset - span, onset)) else c,
                         "qk_grad": (_median_between(r, key, 0, span + 1), _median_between(r, key, onset - span, onset)),
@@ -190,7 +190,7 @@ def absorption_before_onset(runs: Sequence[Mapping[str, Any]], block: int = 0) -
         for r in rs:
             centre = (r.get("onset_window") or {}).get("center")
             if v[0] == "softmax" and centre is not None and (x := absorbed_share(r, block, centre)) is not None:
-                soft.append((rung, VARIANT_LABELS.get(v, "/".join(v)), r["config"]["seed"], centre, x))
+                soft.append((rung, VARIANT_LABELS.get(v, "/".join(v)), r.seed, centre, x))
             elif v == LOG_ELU and (x := absorbed_share(r, block)) is not None:
                 other.append(x)
     return {"softmax": soft, "log_elu": max(other) if other else None}
@@ -219,7 +219,7 @@ def task_table(runs: Sequence[Mapping[str, Any]], tests: Mapping[str, Mapping[st
     for (rung, v), rs in ordered_cells(runs):
         for r in rs:
             if (t := tests.get(r["name"])) is not None:
-                rows.append({"rung": rung, "kernel": VARIANT_LABELS.get(v, "/".join(v)), "seed": r["config"]["seed"],
+                rows.append({"rung": rung, "kernel": VARIANT_LABELS.get(v, "/".join(v)), "seed": r.seed,
                              "trials collapsed": f"{t['collapsed']} of {t['n']}",
                              "best line agrees": f"{t['agreement']:.0%}", "p (label shuffles)": f"{t['p']:.3g}"})
     perms = sorted({t["permutations"] for t in tests.values()})

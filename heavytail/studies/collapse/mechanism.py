@@ -46,6 +46,7 @@ from heavytail.studies import claims as C
 from heavytail.studies.collapse import tables56 as T
 from heavytail.studies.collapse import tables56_rules as R
 from heavytail.studies.core import collapsed_steps, map_extent, paired_by_seed
+from heavytail.studies.run_record import RunRecord, records
 
 NOTEBOOK = "09_collapse_ladder"
 Run = Mapping[str, Any]
@@ -68,7 +69,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 def window_median(run: Run, window: tuple[int, int] = SCREEN_WINDOW) -> float:
     """The median training loss over the regularly logged steps in ``window`` (NaN when none)."""
-    steps, loss = T.regular_rows(run["trace"], int(run["config"].get("log_every", 25)))
+    steps, loss = T.regular_rows(run["trace"], RunRecord.from_summary(run).log_every)
     keep = (steps >= window[0]) & (steps <= window[1]) & np.isfinite(loss)
     return float(np.median(loss[keep])) if keep.any() else math.nan
 
@@ -76,9 +77,8 @@ def window_median(run: Run, window: tuple[int, int] = SCREEN_WINDOW) -> float:
 def learns(soft: Sequence[Run], log: Sequence[Run]) -> dict[str, Any]:
     """The screen's criterion for one setting: per seed, softmax's window median over log-ELU's; softmax learns
     when every seed that has both is within :data:`LEARN_FACTOR` (and at least one seed has both)."""
-    by = {int(r["config"]["seed"]): r for r in log}
-    ratios = {int(r["config"]["seed"]): window_median(r) / window_median(by[int(r["config"]["seed"])])
-              for r in soft if int(r["config"]["seed"]) in by}
+    by = {r.seed: r for r in records(log)}
+    ratios = {r.seed: window_median(r) / window_median(by[r.seed]) for r in records(soft) if r.seed in by}
     ok = bool(ratios) and all(math.isfinite(v) and v <= LEARN_FACTOR for v in ratios.values())
     return {"learns": ok, "ratios": ratios}
 
@@ -97,10 +97,10 @@ def setting_of(config: Mapping[str, Any]) -> str | None:
 def by_setting(runs: Sequence[Run]) -> dict[str, dict[str, dict[int, Run]]]:
     """{setting: {"softmax" | "log_elu": {seed: run}}} in :data:`SETTINGS`'s order."""
     out: dict[str, dict[str, dict[int, Run]]] = {name: {} for name in SETTINGS}
-    for r in runs:
-        name = setting_of(r["config"])
-        if name is not None and r["config"]["kernel"] in SCREEN_KERNELS:
-            out[name].setdefault(r["config"]["kernel"], {})[int(r["config"]["seed"])] = r
+    for r in records(runs):
+        name = setting_of(r.config)
+        if name is not None and r.kernel in SCREEN_KERNELS:
+            out[name].setdefault(r.kernel, {})[r.seed] = r
     return {k: v for k, v in out.items() if v}
 
 
@@ -154,16 +154,15 @@ def _on_r2(config: Mapping[str, Any]) -> bool:
 def groups(runs: Sequence[Run]) -> tuple[list[Run], dict[str, list[Run]]]:
     """(plain softmax at R2, {intervention: its runs at R2's recipe}), each ordered by seed."""
     plain, by = [], {}
-    for r in runs:
-        c = r["config"]
-        if not _on_r2(c):
+    for r in records(runs):
+        if not _on_r2(r.config):
             continue
-        name = intervention_of(c)
+        name = intervention_of(r.config)
         if name is not None:
             by.setdefault(name, []).append(r)
-        elif c["kernel"] == "softmax" and not c.get("split_kernel") and not c.get("qk_norm"):
+        elif r.kernel == "softmax" and not r.split_kernel and not r.qk_norm:
             plain.append(r)
-    key = lambda r: int(r["config"]["seed"])  # noqa: E731
+    key = lambda r: r.seed  # noqa: E731
     return sorted(plain, key=key), {k: sorted(v, key=key) for k, v in by.items()}
 
 

@@ -27,6 +27,7 @@ from heavytail.studies.collapse import tables56 as T
 from heavytail.studies.collapse import tables56_rules as R
 from heavytail.studies.core import map_extent
 from heavytail.studies.reference_maps import MAPS
+from heavytail.studies.run_record import records
 
 Run = Mapping[str, Any]
 SEEDS = T.SEEDS
@@ -67,11 +68,11 @@ def findings(runs: Sequence[Run]) -> list[dict[str, Any]]:
     :func:`mechanism.setting_of` on its runs' configurations at the follow-up's length."""
     out = []
     groups: dict[str, dict[str, list[Run]]] = {}
-    for r in runs:
-        name = M.setting_of(r["config"])
-        if name is not None and int(r["config"]["steps"]) == T.RECIPE["steps"] and r["config"]["kernel"] in (
+    for r in records(runs):
+        name = M.setting_of(r.config)
+        if name is not None and r.steps == T.RECIPE["steps"] and r.kernel in (
                 "softmax", "log_elu"):
-            groups.setdefault(name, {}).setdefault(r["config"]["kernel"], []).append(r)
+            groups.setdefault(name, {}).setdefault(r.kernel, []).append(r)
     for name, by in groups.items():
         soft, log = by.get("softmax", []), by.get("log_elu", [])
         per_seed = R.shapes({"softmax": soft, "log_elu": log},

@@ -13,6 +13,7 @@ from heavytail.studies import claims as C
 from heavytail.studies.collapse import mechanism as M
 from heavytail.studies.collapse import mechanism_followup as F
 from heavytail.studies.collapse import tables56 as T
+from heavytail.studies.run_record import records
 
 Run = Mapping[str, Any]
 _KERNELS = {"softmax": SOFTMAX_SDPA, "log_elu": LOG_ELU}
@@ -55,7 +56,7 @@ def screen_figure(runs: Sequence[Run]):
     for ax, (name, kernels) in zip(axes[0], settings.items()):
         for kernel, seeds in kernels.items():
             for i, (seed, r) in enumerate(sorted(seeds.items())):
-                steps, loss = T.regular_rows(r["trace"], int(r["config"].get("log_every", 25)))
+                steps, loss = T.regular_rows(r["trace"], r.log_every)
                 ax.plot(steps, loss, color=variant_color(_KERNELS[kernel]), lw=0.9, ls=("-", "--")[i % 2],
                         label=f"{'softmax (SDPA)' if kernel == 'softmax' else 'log-ELU'}, seed {seed}")
         ax.axvspan(*M.SCREEN_WINDOW, color="0.9", zorder=0)
@@ -108,18 +109,18 @@ def interventions_figure(runs: Sequence[Run]):
     softmax's and log-ELU's at R2 (the ladder's runs, the same seeds); below, block 0's absorbed share. One line per
     seed. ``runs``: the interventions' and the ladder's runs together."""
     plain, by = M.groups(runs)
-    log_elu = [r for r in runs if r["config"]["kernel"] == "log_elu" and M.intervention_of(r["config"]) is None
-               and M._on_r2({**r["config"], "kernel": "softmax", "attention_backend": "sdpa"})]
+    log_elu = [r for r in records(runs) if r.kernel == "log_elu" and M.intervention_of(r.config) is None
+               and M._on_r2({**r.config, "kernel": "softmax", "attention_backend": "sdpa"})]
     names = list(by) or ["(none run yet)"]
     fig, axes = plt.subplots(2, len(names), figsize=(max(6.4, 4.2 * len(names)), 5.2), sharex=True, squeeze=False,
                              constrained_layout=True)
     for col, name in enumerate(names):
         mine = by.get(name, [])
-        seeds = {int(r["config"]["seed"]) for r in mine}
+        seeds = {r.seed for r in mine}
         for label, group, color in (("plain softmax (SDPA)", plain, variant_color(SOFTMAX_SDPA)),
                                     ("log-ELU", log_elu, variant_color(LOG_ELU)), (name, mine, _INTERVENTION_COLOR)):
-            for i, r in enumerate(x for x in group if int(x["config"]["seed"]) in seeds):
-                every = int(r["config"].get("log_every", 25))
+            for i, r in enumerate(x for x in group if x.seed in seeds):
+                every = r.log_every
                 steps, loss = T.regular_rows(r["trace"], every)
                 trace = r["trace"]
                 absorbed = [a for s, a in zip(trace.get("step", []), trace.get(_BLOCK0, [])) if s % every == 0]

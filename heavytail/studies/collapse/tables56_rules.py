@@ -15,6 +15,7 @@ from heavytail.names import SLOWER_KERNELS, kernel_label
 from heavytail.studies import claims as C
 from heavytail.studies.collapse import tables56 as T
 from heavytail.studies.core import map_extent, paired_by_seed
+from heavytail.studies.run_record import records
 
 NOTEBOOK = "10_tables56"
 Run = Mapping[str, Any]
@@ -24,12 +25,12 @@ def by_cell(runs: Sequence[Run]) -> dict[T.Cell, list[Run]]:
     """Runs grouped by their Tables 5-6 cell, each list ordered by seed (one run per seed: a later duplicate is
     refused, since two runs of one seed would weigh a seed twice)."""
     out: dict[T.Cell, dict[int, Run]] = {}
-    for r in runs:
-        cell = T.cell_of(r["config"])
+    for r in records(runs):
+        cell = T.cell_of(r.config)
         if cell is None:
             continue
         seeds = out.setdefault(cell, {})
-        seed = int(r["config"]["seed"])
+        seed = r.seed
         if seed in seeds:
             raise ValueError(f"two runs of {cell.label}, seed {seed} ({seeds[seed].get('name')} and {r.get('name')}): "
                              "ship one")
@@ -230,9 +231,9 @@ def p3(cs: Mapping[T.Cell, Sequence[Run]]) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------------------ P5
 def trace_shape(run: Run, partner: Run) -> dict[str, Any]:
     """:func:`tables56.shape` of a softmax run against its log-ELU partner, on each trace's regular rows."""
-    every = int(run["config"].get("log_every", 25))
+    every = run.log_every
     a = T.regular_rows(run["trace"], every)
-    b = T.regular_rows(partner["trace"], int(partner["config"].get("log_every", 25)))
+    b = T.regular_rows(partner["trace"], partner.log_every)
     return T.shape(*a, *b)
 
 
@@ -248,10 +249,10 @@ def shapes(cs: Mapping[Any, Sequence[Run]], partner_of: Callable[[Any], Any]) ->
     for group, runs in cs.items():
         if partner_of(group) is None:
             continue
-        partner = {int(r["config"]["seed"]): r for r in cs.get(partner_of(group), [])}
-        out[group] = {int(r["config"]["seed"]): trace_shape(r, partner[int(r["config"]["seed"])])
-                      for r in runs if int(r["config"]["seed"]) in partner
-                      and _has_loss(r) and _has_loss(partner[int(r["config"]["seed"])])}
+        partner = {r.seed: r for r in cs.get(partner_of(group), [])}
+        out[group] = {r.seed: trace_shape(r, partner[r.seed])
+                      for r in runs if r.seed in partner
+                      and _has_loss(r) and _has_loss(partner[r.seed])}
     return out
 
 

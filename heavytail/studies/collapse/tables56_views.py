@@ -108,7 +108,7 @@ def curves_figure(runs: Sequence[Run]):
         drawn = False
         for k in KERNELS:
             for i, run in enumerate(cs.get(T.Cell("post", k, symlog, column), [])):
-                steps, loss = T.regular_rows(run["trace"], int(run["config"].get("log_every", 25)))
+                steps, loss = T.regular_rows(run["trace"], run.log_every)
                 if not len(steps):
                     continue
                 ax.plot(steps, T.rolling_median(loss), color=KERNEL_COLORS[k], lw=1.0, alpha=0.75,

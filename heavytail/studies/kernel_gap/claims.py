@@ -29,6 +29,7 @@ from heavytail.studies.core import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, Cell, 
                                           collapsed_steps,
                                           map_extent, paired_difference, paired_ratio, ratio_at, sizes,
                                           variant, variant_name, variants)
+from heavytail.studies.run_record import records
 
 NOTEBOOK = "07_kernel_gap"
 SECTIONS = {
@@ -104,7 +105,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                            ("train", "gap-grows-at-train-n", "ratios at each run's training N")):
         d, slopes = growth(cs, SOFTMAX_SDPA, LOG_ELU, at)
         used = _runs_of(cs, [(v, n) for v in (SOFTMAX_SDPA, LOG_ELU) for n in sizes(cs)])
-        used = [r for r in used if r["config"]["seed"] in slopes]
+        used = [r for r in used if r.seed in slopes]
         per_n = "; ".join(f"N = {n}: median over seeds x{C.fmt(_median(list(p.values())))}"
                           for n in sizes(cs) if (p := paired_ratio(cs, SOFTMAX_SDPA, LOG_ELU, n, at)))
         out.append(C.make_claim(
@@ -160,8 +161,9 @@ def long_findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Softmax for longer, per learning rate: does softmax (SDPA) collapse in most runs within the steps trained
     (rate rule), and do its training batches collapse more often than log-ELU's (graded, paired by seed)?"""
     out = []
-    for lr in sorted({r["config"]["lr"] for r in runs}):
-        sub = [r for r in runs if r["config"]["lr"] == lr]
+    runs = records(runs)
+    for lr in sorted({r.lr for r in runs}):
+        sub = [r for r in runs if r.lr == lr]
         cs = cells(sub)
         n = max(sizes(cs))
         soft = cs.get((SOFTMAX_SDPA, n))
@@ -184,7 +186,7 @@ def long_findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _steps(runs: Sequence[Mapping[str, Any]]) -> str:
-    return "/".join(str(s) for s in sorted({r["config"]["steps"] for r in runs}))
+    return "/".join(str(s) for s in sorted({r.steps for r in records(runs)}))
 
 
 def _median(xs: Sequence[float]) -> float:

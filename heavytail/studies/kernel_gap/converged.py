@@ -44,6 +44,7 @@ from heavytail.studies import claims as C
 from heavytail.studies.paper_numbers import paper_gap
 from heavytail.studies.core import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, interval_at, map_extent,
                                           paired_ratio, sizes, variant, variant_name)
+from heavytail.studies.run_record import RunRecord, records
 
 NOTEBOOK = "07_kernel_gap"
 SELECT_SEEDS = (0, 1, 2)
@@ -86,14 +87,14 @@ def select_lr(runs: Sequence[Mapping[str, Any]], seeds: Sequence[int] = SELECT_S
               rates: Sequence[float] = LEARNING_RATES) -> list[Selection]:
     """The selection rule (stage 1) on the selection seeds' runs; a (variant, N) is chosen only once each of
     ``rates`` (and any rate an extension added there) has a run on every selection seed."""
-    groups: dict[tuple[tuple[str, str], int], dict[float, list[Mapping[str, Any]]]] = {}
-    for r in runs:
-        if r["config"]["seed"] in seeds:
-            key = (variant(r), int(r["config"]["n_points"]))
-            groups.setdefault(key, {}).setdefault(float(r["config"]["lr"]), []).append(r)
+    groups: dict[tuple[tuple[str, str], int], dict[float, list[RunRecord]]] = {}
+    for r in records(runs):
+        if r.seed in seeds:
+            key = (variant(r), r.n_points)
+            groups.setdefault(key, {}).setdefault(r.lr, []).append(r)
     out = []
     for (v, n), by_lr in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if not set(rates) <= set(by_lr) or any(sorted(r["config"]["seed"] for r in rs) != sorted(seeds)
+        if not set(rates) <= set(by_lr) or any(sorted(r.seed for r in rs) != sorted(seeds)
                                                for rs in by_lr.values()):
             continue
         scores = {lr: _median([final_validation(r) for r in rs]) for lr, rs in sorted(by_lr.items())}
@@ -162,7 +163,7 @@ def _decided_by(section: str, figures: Sequence[str]) -> dict[str, Any]:
 
 def findings(runs: Sequence[Mapping[str, Any]], design_runs: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
     """Claims (a)-(c) on the deciding runs (stage 2) and, for (c), the design map's runs."""
-    deciding = [r for r in runs if r["config"]["seed"] in DECIDE_SEEDS]
+    deciding = [r for r in records(runs) if r.seed in DECIDE_SEEDS]
     out = []
     for label, rs, min_seeds, cid in (("(converged, own lr)", deciding, MIN_DECIDING_SEEDS, "converged"),
                                       ("(design recipe)", list(design_runs), C.MIN_SEEDS, "design")):
@@ -172,8 +173,8 @@ def findings(runs: Sequence[Mapping[str, Any]], design_runs: Sequence[Mapping[st
             pairs = excess_by_seed(rs, v)
             d, slopes, left_out = excess_growth(pairs, min_seeds)
             # the scale that decided it: only the (seed, N) pairs a slope used, not a run still waiting for its partner
-            used = [r for r in rs if variant(r) in (v, LOG_ELU) and r["config"]["seed"] in slopes
-                    and int(r["config"]["n_points"]) in pairs[r["config"]["seed"]]]
+            used = [r for r in rs if variant(r) in (v, LOG_ELU) and r.seed in slopes
+                    and r.n_points in pairs[r.seed]]
             out.append(C.make_claim(
                 f"{cid}-excess-grows{tag}",
                 f"Floor-free gap grows with N {label}: {short}'s excess vs log-ELU's",
@@ -186,7 +187,7 @@ def findings(runs: Sequence[Mapping[str, Any]], design_runs: Sequence[Mapping[st
     for n in sizes(cs):
         pair = paired_ratio(cs, SOFTMAX_SDPA, LOG_ELU, n)
         d = C.equivalence_rule([math.log(x) for x in pair.values()], min_seeds=MIN_DECIDING_SEEDS)
-        used = [r for r in deciding if variant(r) in (SOFTMAX_SDPA, LOG_ELU) and r["config"]["n_points"] == n]
+        used = [r for r in deciding if variant(r) in (SOFTMAX_SDPA, LOG_ELU) and r.n_points == n]
         lrs = ", ".join(f"{variant_name(v)} {cs[(v, n)].runs[0]['config']['lr']:g}"
                         for v in (SOFTMAX_SDPA, LOG_ELU) if (v, n) in cs)
         out.append(C.make_claim(
@@ -216,14 +217,15 @@ def summary(design: Sequence[Mapping[str, Any]], converged: Sequence[Mapping[str
     and seeds. ``design`` and ``converged`` are decided claim records (the gap-design, gap-design-excess and
     gap-converged groups); the runs give each recipe's steps and learning rates."""
     by_id = {c["id"]: c for c in (*design, *converged)}
+    design_runs, converged_runs = records(design_runs), records(converged_runs)
 
     def stated(cid: str, unit: str = "") -> str:
         c = by_id[cid]
         return f"x{C.fmt(c['estimate'])}{C.interval_text(c)}{unit} ({c['verdict']}, {c['seeds']} seeds)"
 
-    steps = sorted({int(r["config"]["steps"]) for r in design_runs})
-    lrs = sorted({float(r["config"]["lr"]) for r in design_runs})
-    cap = max(int(r["config"]["steps"]) for r in converged_runs)
+    steps = sorted({r.steps for r in design_runs})
+    lrs = sorted({r.lr for r in design_runs})
+    cap = max(r.steps for r in converged_runs)
     paired = [by_id[cid] for _, cid in sorted(
         (int(c["id"].rsplit("-n", 1)[1]), c["id"]) for c in converged if c["id"].startswith("converged-gap-n"))]
     at_n = [f"x{C.fmt(c['estimate'])}{C.interval_text(c)} at N = {c['id'].rsplit('-n', 1)[1]}" for c in paired]
@@ -234,9 +236,9 @@ def summary(design: Sequence[Mapping[str, Any]], converged: Sequence[Mapping[str
         ratios = "; ".join(f"{t} ({c['verdict']}, {c['seeds']} seeds)" for t, c in zip(at_n, paired))
     per_doubling = " per doubling of the training N"
     # what "converged" meant: how many runs the stopping rule ended at its first allowed check
-    first = [r for r in converged_runs if (r.get("stop") or {}).get("stopped_at") == r["config"].get("stop_min_steps")]
+    first = [r for r in converged_runs if (r.get("stop") or {}).get("stopped_at") == r.stop_min_steps]
     first_check = (f"; the rule ended {len(first)} of {len(converged_runs)} runs at its first allowed check, step "
-                   f"{converged_runs[0]['config'].get('stop_min_steps'):,}" if first else "")
+                   f"{converged_runs[0].stop_min_steps:,}" if first else "")
     text = (f"**The kernel gap, at both recipes.** At the design recipe (every variant {'/'.join(map(str, steps))} "
             f"steps at lr {'/'.join(f'{lr:g}' for lr in lrs)}), softmax (SDPA) over log-ELU grows "
             f"{stated('gap-grows-with-n', per_doubling)}, and so does its floor-free excess over the sampling "

@@ -13,6 +13,7 @@ from heavytail.studies import claims as C
 import heavytail.studies.kernel_gap.converged as CG
 from heavytail.studies.core import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, paired_ratio, sizes, variant,
                                           variant_color, variant_name)
+from heavytail.studies.run_record import records
 
 RECIPE_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
 
@@ -75,8 +76,8 @@ def validation_figure(select_runs: Sequence[Mapping], selections: Sequence[CG.Se
     fig, axes = plt.subplots(1, max(1, len(ns)), figsize=(3.6 * max(1, len(ns)), 3.2), constrained_layout=True,
                              squeeze=False)
     for ax, n in zip(axes[0], ns):
-        for r in select_runs:
-            v, cfg = variant(r), r["config"]
+        for r in records(select_runs):
+            v, cfg = variant(r), r.config
             if cfg["n_points"] != n or chosen.get((v, n)) != cfg["lr"]:
                 continue
             tr = r.get("trace") or {}

@@ -62,7 +62,7 @@ from heavytail.studies.kernel_gap.converged import (excess_by_seed, load_selecti
 from heavytail.studies.core import (LOG_ELU, SOFTMAX_EXACT, SOFTMAX_SDPA, cells, map_extent, paired_ratio,
                                           sizes, variant, variant_name)
 from heavytail.studies.paper_numbers import paper_gap
-from heavytail.studies.run_record import RunRecord
+from heavytail.studies.run_record import RunRecord, records
 
 NOTEBOOK = "07_kernel_gap"
 SELECT_SEEDS = (0, 1, 2)
@@ -101,7 +101,8 @@ def best_score(run: Mapping[str, Any]) -> float:
 
 def failure(run: Mapping[str, Any]) -> str | None:
     """Why a selection run excludes its rate (None when it does not): diverged, or never trained."""
-    why = diverged(int(run.get("skipped_steps") or 0), int(run["config"]["steps"]),
+    run = RunRecord.from_summary(run)
+    why = diverged(int(run.get("skipped_steps") or 0), run.steps,
                    float((run.get("median") or {}).get("ratio", math.nan)))
     if why is not None:
         return f"diverged ({why})"
@@ -119,7 +120,7 @@ def flattened(run: Mapping[str, Any]) -> bool | None:
     """Whether the run's validation curve is flat over its last quarter (best of the quarter within
     ``FLAT_TOLERANCE`` of the score where the quarter starts); None without enough scores."""
     scores = validation(run)
-    start = 0.75 * int(RunRecord.from_summary(run).config["steps"])
+    start = 0.75 * RunRecord.from_summary(run).steps
     before = [v for s, v in scores if s <= start]
     quarter = [v for s, v in scores if s > start and math.isfinite(v)]
     if not before or not quarter or not math.isfinite(before[-1]):
@@ -160,11 +161,11 @@ def select(runs: Sequence[Mapping[str, Any]], seeds: Sequence[int] = SELECT_SEED
            rates: Sequence[float] = LEARNING_RATES) -> list[Selection]:
     """The selection rule on the selection seeds' runs. A (variant, N) is chosen once every rate of ``rates`` (and
     any an extension added there) has a run on every selection seed; with every rate excluded, ``lr`` is None."""
-    groups: dict[tuple[tuple[str, str], int], dict[float, dict[int, Mapping[str, Any]]]] = {}
-    for r in runs:
-        if r["config"]["seed"] in seeds:
-            key = (variant(r), int(r["config"]["n_points"]))
-            groups.setdefault(key, {}).setdefault(float(r["config"]["lr"]), {})[int(r["config"]["seed"])] = r
+    groups: dict[tuple[tuple[str, str], int], dict[float, dict[int, RunRecord]]] = {}
+    for r in records(runs):
+        if r.seed in seeds:
+            key = (variant(r), r.n_points)
+            groups.setdefault(key, {}).setdefault(r.lr, {})[r.seed] = r
     out = []
     for (v, n), by_lr in sorted(groups.items(), key=lambda kv: (kv[0][1], VARIANTS.index(kv[0][0])
                                                                 if kv[0][0] in VARIANTS else 9)):
@@ -241,14 +242,14 @@ def _decided_by() -> dict[str, Any]:
 def findings(runs: Sequence[Mapping[str, Any]], prefix: str = "fair", budget: int = BUDGET) -> list[dict[str, Any]]:
     """Claims (a) and (b) on the deciding runs' best weights, for softmax through SDPA and exact attention; ``prefix``
     names the claims (``<prefix>-gap-n<N>``) and ``budget`` is the step budget they state."""
-    deciding = [at_best(r) for r in runs if r["config"]["seed"] in DECIDE_SEEDS]
+    deciding = [r for r in map(at_best, runs) if r.seed in DECIDE_SEEDS]
     out = []
     for v, tag, short in ((SOFTMAX_SDPA, "", "softmax (SDPA)"), (SOFTMAX_EXACT, "-exact", "exact softmax")):
         pairs = excess_by_seed(deciding, v)
         slopes = C.per_seed_slopes(pairs)
         left_out = sorted(s for s, row in pairs.items() if len(row) >= 2 and s not in slopes)
         d = C.equivalence_rule(list(slopes.values()), min_seeds=MIN_DECIDING_SEEDS, margin=GROWTH_EQUIVALENCE)
-        used = [r for r in deciding if variant(r) in (v, LOG_ELU) and r["config"]["seed"] in slopes]
+        used = [r for r in deciding if variant(r) in (v, LOG_ELU) and r.seed in slopes]
         flat, judged = flat_share(used)
         out.append(C.make_claim(
             f"{prefix}-excess-grows{tag}", f"Floor-free gap grows with N at a fixed {budget:,}-step annealed budget, "
@@ -265,7 +266,7 @@ def findings(runs: Sequence[Mapping[str, Any]], prefix: str = "fair", budget: in
             pair = paired_ratio(cs, v, LOG_ELU, n)
             logs = [math.log(x) for x in pair.values()]
             d = C.equivalence_rule(logs, min_seeds=MIN_DECIDING_SEEDS, margin=GAP_EQUIVALENCE)
-            used = [r for r in deciding if variant(r) in (v, LOG_ELU) and r["config"]["n_points"] == n]
+            used = [r for r in deciding if variant(r) in (v, LOG_ELU) and r.n_points == n]
             lrs = ", ".join(f"{variant_name(w)} {cs[(w, n)].runs[0]['config']['lr']:g}"
                             for w in (v, LOG_ELU) if (w, n) in cs)
             flat, judged = flat_share(used)
@@ -292,9 +293,9 @@ def by_budget(runs: Sequence[Mapping[str, Any]], long_runs: Sequence[Mapping[str
               ) -> dict[int, list[Mapping[str, Any]]]:
     """The deciding runs per step budget (``BUDGET``, ``LONG_BUDGET``), each budget present only when it has runs."""
     out: dict[int, list[Mapping[str, Any]]] = {}
-    for r in [*runs, *long_runs]:
-        if r["config"]["seed"] in DECIDE_SEEDS:
-            out.setdefault(int(r["config"]["steps"]), []).append(r)
+    for r in records([*runs, *long_runs]):
+        if r.seed in DECIDE_SEEDS:
+            out.setdefault(r.steps, []).append(r)
     return dict(sorted(out.items()))
 
 
@@ -308,7 +309,7 @@ def flat_sentence(runs: Sequence[Mapping[str, Any]], long_runs: Sequence[Mapping
             flat, judged = flat_share([r for r in rs if variant(r) == v])
             if judged:
                 counts.append(f"{variant_name(v)} {flat} of {judged}")
-        seeds = len({r["config"]["seed"] for r in rs})
+        seeds = len({r.seed for r in rs})
         parts.append(f"at {steps:,} steps ({seeds} seeds), " + ", ".join(counts))
     if not parts:
         return "No deciding run of the fair recipe has been shipped yet."
@@ -327,8 +328,7 @@ def shown_recipes(design: Sequence[Mapping[str, Any]], converged: Sequence[Mappi
         label = f"fixed {BUDGET:,}-step budget, best weights"
     else:
         chosen = {(s.variant, s.n_points): s.lr for s in select(select_runs)}
-        fair = [at_best(r) for r in select_runs if chosen.get((variant(r), r["config"]["n_points"]))
-                == r["config"]["lr"]]
+        fair = [r for r in map(at_best, select_runs) if chosen.get((variant(r), r.n_points)) == r.lr]
         label = f"fair recipe, selection seeds {SELECT_SEEDS[0]}-{SELECT_SEEDS[-1]}"
     out = {"design recipe": list(design), "stopping rule, own lr": list(converged), label: fair}
     if long_runs:

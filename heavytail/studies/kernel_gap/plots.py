@@ -12,6 +12,7 @@ import numpy as np
 
 from heavytail.names import KERNELS
 import heavytail.studies.core as G
+from heavytail.studies.run_record import records
 
 _JITTER = 0.035  # seeds side by side on the log-N axis
 
@@ -209,14 +210,15 @@ def long_figure(runs: Sequence[Mapping], window: int = 250):
     flash-style softmax backward loses every digit."""
     from heavytail.science.collapse import rolling_median
 
-    lrs = sorted({r["config"]["lr"] for r in runs})
+    runs = records(runs)
+    lrs = sorted({r.lr for r in runs})
     ncol = max(1, len(lrs))
     fig, axes = plt.subplots(2, ncol, figsize=(6 * ncol, 6.4), sharex=True, squeeze=False)
     seen = set()
     for col, lr in enumerate(lrs):
         top, bottom = axes[0][col], axes[1][col]
         by_variant: dict = {}
-        for r in (r for r in runs if r["config"]["lr"] == lr):
+        for r in (r for r in runs if r.lr == lr):
             by_variant.setdefault(G.variant(r), []).append(r)
         for v, group in by_variant.items():
             color, curves = G.variant_color(v), []

@@ -21,13 +21,14 @@ from typing import Any, Mapping, Sequence
 
 from heavytail.studies import claims as C
 from heavytail.studies.core import map_extent, variant, variant_name
+from heavytail.studies.run_record import records
 
 
 def pairs(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, tuple[Mapping, Mapping]]]:
     """{variant: {seed: (default run, flushed run)}} wherever both ran."""
     groups: dict[tuple[tuple[str, str], int, bool], Mapping[str, Any]] = {}
-    for r in runs:
-        groups[(variant(r), r["config"]["seed"], bool(r["config"].get("flush_subnormals", False)))] = r
+    for r in records(runs):
+        groups[(variant(r), r.seed, r.flush_subnormals)] = r
     out: dict[tuple[str, str], dict[int, tuple[Mapping, Mapping]]] = {}
     for (v, seed, flushed), r in groups.items():
         if flushed and (v, seed, False) in groups:

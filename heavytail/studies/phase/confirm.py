@@ -46,6 +46,7 @@ import numpy as np
 from heavytail.names import KERNEL_ROWS, TAIL_REGIMES, app_a_kernels
 from heavytail.studies import claims as C
 from heavytail.studies.run_summary import trial_records
+from heavytail.studies.run_record import RunRecord
 
 HEAVIER_AXIS = 1
 PRIMARY = "q + 1 >= a_lo"
@@ -112,7 +113,8 @@ def run_endpoint(run: Mapping[str, Any]) -> float:
 
 
 def _cell(run: Mapping[str, Any]) -> tuple[str, str]:
-    return run["config"]["kernel"], run["config"].get("tail_regime", "paper")
+    run = RunRecord.from_summary(run)
+    return run.kernel, run.tail_regime
 
 
 def endpoints(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, dict[int, float]]]:
@@ -120,7 +122,7 @@ def endpoints(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[i
     leaves their seeds out)."""
     out: dict[tuple[str, str], dict[int, dict[int, float]]] = {}
     for r in runs:
-        out.setdefault(_cell(r), {}).setdefault(r["config"]["seed"], {})[r["config"]["n_points"]] = run_endpoint(r)
+        out.setdefault(_cell(r), {}).setdefault(r.seed, {})[r.n_points] = run_endpoint(r)
     return out
 
 
@@ -137,7 +139,7 @@ def confirm(runs: Sequence[Mapping[str, Any]], seeds: Sequence[int] = SEEDS) -> 
     ``left_out``: per cell, the runs without a finite endpoint as (seed, N, endpoint) and the seeds without a
     slope. Not run when no run is of the test."""
     cells, registered = deciding_cells(), set(seeds)
-    mine = [r for r in runs if _cell(r) in cells and r["config"]["seed"] in registered]
+    mine = [r for r in map(RunRecord.from_summary, runs) if _cell(r) in cells and r.seed in registered]
     if not mine:
         return {**confirm_verdict({}), "left_out": {}}
     ends = endpoints(mine)
@@ -164,17 +166,17 @@ def stratum_slopes(runs: Sequence[Mapping[str, Any]], strata: int = 2) -> dict[t
     stratum only (about T / ``strata`` of each run's T). Trials whose a is near the range's low end violate App.
     A's condition first, so growth confined to them is what this reads. Mirrored Pareto runs only."""
     ends: dict[tuple[str, str, int], dict[int, dict[int, float]]] = {}
-    for r in runs:
+    for r in map(RunRecord.from_summary, runs):
         kernel, regime = _cell(r)
         records = _records(r)
         if "tail_index" not in records[0]:
             raise ValueError(f"run {r.get('name')!r} drew no tail index per trial (marginals "
-                             f"{r['config'].get('marginals')!r}): strata of a need mirrored Pareto marginals")
+                             f"{r.marginals!r}): strata of a need mirrored Pareto marginals")
         groups: dict[int, list[dict[str, Any]]] = {}
         for rec in records:
             groups.setdefault(stratum_of(rec["tail_index"][HEAVIER_AXIS], regime, strata), []).append(rec)
         for k, group in groups.items():
-            ends.setdefault((kernel, regime, k), {}).setdefault(r["config"]["seed"], {})[r["config"]["n_points"]] = (
+            ends.setdefault((kernel, regime, k), {}).setdefault(r.seed, {})[r.n_points] = (
                 _excess(group))
     return slopes(dict(sorted(ends.items())))
 
@@ -245,7 +247,7 @@ def findings(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     from heavytail.studies.core import map_extent
 
     found = confirm(runs)
-    mine = [r for r in runs if _cell(r) in deciding_cells() and r["config"]["seed"] in set(SEEDS)]
+    mine = [r for r in map(RunRecord.from_summary, runs) if _cell(r) in deciding_cells() and r.seed in set(SEEDS)]
     cells = found.get("cells", {})
     agree = [c for c, v in cells.items() if v["grows"] is not None and v["grows"] == predictions(*c)[PRIMARY]]
     missing = found.get("missing", {})

@@ -29,6 +29,7 @@ import numpy as np
 from heavytail.names import KERNEL_ROWS, TAIL_REGIMES
 from heavytail.studies import claims as C
 from heavytail.studies.core import map_extent, ratio_at
+from heavytail.studies.run_record import records
 
 HEAVIER_AXIS = 1  # axis 1 of a regime carries the heavier tail (heavytail.names.TAIL_REGIMES)
 
@@ -43,7 +44,7 @@ def predicted_growth(kernel: str, regime: str) -> bool:
 
 
 def _regime(run: Mapping[str, Any]) -> str:
-    return run["config"].get("tail_regime", "paper")
+    return run.tail_regime
 
 
 REFERENCE = "log_elu"  # q -> 0: App. A's condition holds on every regime (a > 1), so its gap is the baseline
@@ -55,11 +56,11 @@ def cells(runs: Sequence[Mapping[str, Any]], reference: str | None = None
     """{(kernel, regime): {seed: {N: log ratio to the floor at the run's training N}}}; with ``reference``, the
     log ratio over the reference kernel's of the same seed, regime and N (the reference's own cell left out)."""
     out: dict[tuple[str, str], dict[int, dict[int, float]]] = {}
-    for r in runs:
+    for r in records(runs):
         v = ratio_at(r, "train")
         if math.isfinite(v) and v > 0:
-            key = (r["config"]["kernel"], _regime(r))
-            out.setdefault(key, {}).setdefault(r["config"]["seed"], {})[r["config"]["n_points"]] = math.log(v)
+            key = (r.kernel, _regime(r))
+            out.setdefault(key, {}).setdefault(r.seed, {})[r.n_points] = math.log(v)
     if reference is None:
         return out
     rel: dict[tuple[str, str], dict[int, dict[int, float]]] = {}
