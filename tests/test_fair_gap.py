@@ -103,7 +103,15 @@ def test_the_deciding_grid_is_valid_and_runs_the_cheap_sizes_first(tmp_path):
 
 def test_the_selection_grid_is_the_recipe_the_module_states():
     configs = GridSpec.from_yaml(F.SELECT_GRID).configs
-    assert len(configs) == len(F.SIZES) * len(F.LEARNING_RATES) * len(F.VARIANTS) * len(F.SELECT_SEEDS)
+    base = [c for c in configs if c.lr in F.LEARNING_RATES]
+    assert len(base) == len(F.SIZES) * len(F.LEARNING_RATES) * len(F.VARIANTS) * len(F.SELECT_SEEDS)
+    extended: dict = {}  # the edge rule's extensions: one rate a factor ~3 beyond an end, on the selection seeds
+    for c in configs:
+        if c.lr not in F.LEARNING_RATES:
+            beyond = max(c.lr / max(F.LEARNING_RATES), min(F.LEARNING_RATES) / c.lr)
+            assert 3.0 <= beyond <= 3.5, c.lr
+            extended.setdefault((c.kernel, c.attention_backend, c.n_points, c.lr), []).append(c.seed)
+    assert all(sorted(seeds) == list(F.SELECT_SEEDS) for seeds in extended.values())
     for c in configs:
         assert (c.steps, c.val_every, c.val_trials, c.keep_best, c.stop_tolerance) == (F.BUDGET, F.VAL_EVERY,
                                                                                       F.VAL_TRIALS, True, 0.0)
