@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from heavytail.studies import claims as C
+from heavytail.studies import signflip as S
 
 M = 2000
 TOL = 3 * math.sqrt(0.05 * 0.95 / M)
@@ -155,9 +156,9 @@ def test_signflip_floor_bounds_the_test_from_below_and_is_reached():
         n = int(rng.integers(2, 10))
         d = np.where(rng.random(n) < 0.5, 0.0, rng.normal(size=n))
         m = int(np.count_nonzero(d))
-        assert C.signflip_p(list(d)) >= C.signflip_floor(m) - 1e-12
-        assert C.signflip_p(list(np.abs(d))) == pytest.approx(C.signflip_floor(m))
-    assert C.nonzero_needed(0.05) == 6 and C.nonzero_needed(0.01) == 8
+        assert S.signflip_p(list(d)) >= S.signflip_floor(m) - 1e-12
+        assert S.signflip_p(list(np.abs(d))) == pytest.approx(S.signflip_floor(m))
+    assert S.nonzero_needed(0.05) == 6 and S.nonzero_needed(0.01) == 8
 
 
 def test_graded_rule_says_when_ties_at_zero_keep_more_seeds_from_deciding():
@@ -172,9 +173,28 @@ def test_graded_rule_says_when_ties_at_zero_keep_more_seeds_from_deciding():
     assert "1 more seed with" in C.graded_rule([0.0, 0.1, 0.2, 0.1, 0.3, 0.2]).reason
 
 
+def test_the_graded_rules_interval_is_the_sign_flip_tests_own_and_excludes_zero_exactly_when_it_decides():
+    # the inversion of the test the verdict reads: never "reproduced" beside an interval that holds 0, or the reverse
+    rng = np.random.default_rng(21)
+    for n in range(2, 13):
+        for _ in range(25):
+            d = rng.normal(rng.normal(0, 0.8), 1, n) if rng.random() < 0.7 else np.where(
+                rng.random(n) < 0.5, 0.0, rng.beta(1, 8, n))
+            low, high = S.signflip_interval(list(d))
+            assert (S.signflip_p(list(d)) < 0.05) == (not low <= 0 <= high)
+            assert low <= d.mean() <= high
+    # six seeds sharing a sign: the interval runs from the smallest difference to the largest
+    d = [3.30, 0.01, 0.16, 0.54, 2.85, 0.43]
+    assert S.signflip_interval(d) == pytest.approx((0.01, 3.30), abs=1e-9)
+    decided = C.graded_rule(d, min_seeds=6)
+    assert decided.verdict == C.REPRODUCED and decided.estimate.low > 0
+    # five or fewer: the test cannot reject whatever the data, and the interval says so
+    assert S.signflip_interval([0.1, 0.2, 0.3, 0.4, 0.5]) == (-math.inf, math.inf)
+
+
 def test_signflip_p_is_exact_on_a_small_case():
     # all three positive and equal: 2 of 8 sign patterns are as extreme
-    assert C.signflip_p([1.0, 1.0, 1.0]) == pytest.approx(2 / 8)
+    assert S.signflip_p([1.0, 1.0, 1.0]) == pytest.approx(2 / 8)
 
 
 def test_rate_rule_reads_the_clopper_pearson_interval():
@@ -311,7 +331,7 @@ def test_the_library_statistics_agree_with_the_formulas_they_replaced_on_the_shi
         margin = C.EQUIVALENCE_MARGIN
         assert C.tost_equivalent(sample, margin) == (-margin < low90 and high90 < margin)
         if len(sample) <= 12:
-            assert C.signflip_p(sample) == pytest.approx(_old_signflip(sample), abs=1e-12)
+            assert S.signflip_p(sample) == pytest.approx(_old_signflip(sample), abs=1e-12)
     # the maps' counts are mostly 0 of n; every count up to 12 seeds as well
     for k, n in counts + [(j, m) for m in range(1, 13) for j in range(m + 1)]:
         assert C.clopper_pearson(k, n) == pytest.approx(_old_clopper_pearson(k, n), rel=1e-9, abs=1e-12)
@@ -343,7 +363,7 @@ def test_the_t_interval_tost_and_slope_are_scipys():
 
 def test_one_seed_with_both_variants_is_undecided_not_an_error():
     # the sign-flip test over one difference: both of its sign patterns are as extreme as it, p = 1
-    assert C.signflip_p([0.3]) == 1.0
+    assert S.signflip_p([0.3]) == 1.0
     d = C.graded_rule([0.3])
     assert d.verdict == C.UNDECIDED and d.estimate.n == 1
     text = C.render(C.make_claim("x", "A exceeds B", "Sec. 1", "paper", d, "A - B", "N 1", "", {}).to_dict())

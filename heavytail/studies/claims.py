@@ -28,6 +28,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from scipy import special, stats
 
+from heavytail.studies.signflip import signflip_interval, signflip_p, ties_note
+
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 UNDECIDED = "undecided at this power"
@@ -149,69 +151,23 @@ def tost_equivalent(values: Sequence[float], margin: float, alpha: float = 0.05)
     return bool(est.n >= 2 and -margin < est.low and est.high < margin)
 
 
-def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(x, axis=axis)
-
-
-def signflip_p(diffs: Sequence[float], max_exact: int = 20, n_random: int = 20000, seed: int = 0) -> float:
-    """Two-sided p value of the paired sign-flip (permutation) test of mean(diffs) = 0, by
-    ``scipy.stats.permutation_test`` (``permutation_type='samples'`` on one sample flips signs): exact over
-    all 2^n sign patterns for n <= ``max_exact``, Monte Carlo beyond. Valid for any symmetric null, so it
-    suits fractions with many ties at zero, where a t test's normality fails."""
-    d = np.asarray([v for v in diffs if math.isfinite(v)], dtype=float)
-    n = len(d)
-    if n < 2:  # one difference: its two sign patterns are equally extreme, so p = 1 (scipy needs two)
-        return 1.0
-    exact = n <= max_exact
-    result = stats.permutation_test((d,), _mean, permutation_type="samples", vectorized=True,
-                                    n_resamples=2**n if exact else n_random, batch=2**16,
-                                    alternative="two-sided", rng=np.random.default_rng(seed))
-    return float(result.pvalue)
-
-
-def signflip_floor(n_nonzero: int) -> float:
-    """The smallest p the two-sided sign-flip test can give on differences of which ``n_nonzero`` are not 0,
-    whatever their values: flipping a zero changes nothing and flipping every sign keeps |mean|, so at least
-    2 * 2^zeros of the 2^n sign patterns are as extreme as the data, p >= 2 / 2^n_nonzero (1 when none is)."""
-    return min(1.0, 2.0 ** (1 - n_nonzero))
-
-
-def nonzero_needed(alpha: float = 1 - LEVEL) -> int:
-    """How many nonzero paired differences the sign-flip test needs before p < ``alpha`` is possible (6 at 0.05)."""
-    m = 1
-    while signflip_floor(m) >= alpha:
-        m += 1
-    return m
-
-
-def _ties_note(diffs: Sequence[float], alpha: float) -> str:
-    """Where ties at zero alone keep the sign-flip test above ``alpha`` (:func:`signflip_floor`), what it would
-    take: more seeds alone do not decide when their differences are 0 too. Empty otherwise."""
-    finite = [v for v in diffs if math.isfinite(v)]
-    m, need = sum(v != 0 for v in finite), nonzero_needed(alpha)
-    if m >= need or m == len(finite):
-        return ""
-    more = need - m
-    return (f"; {m} of the {len(finite)} differences are nonzero, and the sign flip needs {need} nonzero to reach "
-            f"p < {alpha:g}: {more} more {'seed' if more == 1 else 'seeds'} with a nonzero difference at least")
-
-
 def graded_rule(diffs: Sequence[float], min_seeds: int = MIN_SEEDS, alpha: float = 1 - LEVEL) -> Decision:
     """Is a graded outcome (a fraction in [0, 1]) larger for A than for B? Paired per-seed differences A - B:
-    the sign-flip test decides (*reproduced* when p < alpha and the mean is positive); the t interval of the
-    mean difference is reported. *Not reproduced* when the mean is significantly negative; a difference that
-    is not significant stays undecided (a fraction bounded near 0 on both sides is reported, not called
-    absence)."""
-    if not diffs:
+    the sign-flip test decides (*reproduced* when p < alpha and the mean is positive), and the interval reported
+    is the test's own inversion (:func:`heavytail.studies.signflip.signflip_interval`), so it excludes 0 exactly
+    when the test decides. *Not reproduced* when the mean is significantly negative; a difference that is not
+    significant stays undecided (a fraction bounded near 0 on both sides is reported, not called absence)."""
+    finite = [v for v in diffs if math.isfinite(v)]
+    if not finite:
         return Decision(NOT_RUN, None, "no seed has both variants")
-    est = t_interval(diffs)
-    est = Estimate(est.estimate, est.low, est.high, est.n, est.level, signflip_p(diffs))
+    low, high = signflip_interval(finite, alpha)
+    est = Estimate(float(np.mean(finite)), low, high, len(finite), 1 - alpha, signflip_p(finite))
     if est.n < min_seeds:
-        return Decision(UNDECIDED, est, f"{est.n} seeds; the rule needs >= {min_seeds}{_ties_note(diffs, alpha)}")
+        return Decision(UNDECIDED, est, f"{est.n} seeds; the rule needs >= {min_seeds}{ties_note(diffs, alpha)}")
     if est.p < alpha:
         return Decision(REPRODUCED if est.estimate > 0 else NOT_REPRODUCED, est, f"sign-flip p = {est.p:.3g}")
     return Decision(UNDECIDED, est,
-                    f"sign-flip p = {est.p:.3g}; more seeds or longer training{_ties_note(diffs, alpha)}")
+                    f"sign-flip p = {est.p:.3g}; more seeds or longer training{ties_note(diffs, alpha)}")
 
 
 def rate_rule(hits: int, n: int, threshold: float = 0.5, min_seeds: int = MIN_SEEDS) -> Decision:

@@ -58,7 +58,7 @@ PAPER_CLAIMS: tuple[PaperClaim, ...] = (
     PaperClaim("T3", "M and B are identifiable from samples on Pareto marginals, the Gaussian matrix inverse is not",
                "App. D, Table 2, Props. 5-6", "analysis", (), "notebooks/03_identifiability.py",
                untested="recovered from samples and the counterexample shown; no rule reads it"),
-    PaperClaim("P1", "no symlog: post-norm softmax collapses on both heavy-tailed tasks; ELU kernels don't, fit "
+    PaperClaim("P1", "no symlog: post-norm softmax collapses on both Pareto tasks; ELU kernels don't and fit "
                "better", "Sec. 4.2, Tables 5-6", PAPER_SCALE,
                tuple(("tables56", f"p1-collapse-{c}") for c in ("swap-pareto", "inverse-pareto"))
                + tuple(("tables56", f"p1-distance-{c}-{k}") for c in ("swap-pareto", "inverse-pareto")
