@@ -93,12 +93,13 @@ def test_selection_never_reads_deciding_seeds_and_waits_for_every_rate():
 
 
 def test_the_deciding_grid_is_valid_and_runs_the_cheap_sizes_first(tmp_path):
-    sel = F.select(_selection(best_lr=3e-3, ns=(1024, 256)))
+    sel = F.select(_selection(best_lr=3e-3, ns=(4096, 1024, 256)))
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump(F.decision_grid(sel, yaml.safe_load(open(F.SELECT_GRID)))))
     configs = GridSpec.from_yaml(path).configs
     assert {c.seed for c in configs} == set(F.DECIDE_SEEDS) and len(configs) == 4 * len(F.DECIDE_SEEDS)
     assert [c.n_points for c in configs[:2 * len(F.DECIDE_SEEDS)]] == [256] * 2 * len(F.DECIDE_SEEDS)
+    assert F.LONG_ONLY == (1024,) and 1024 not in {c.n_points for c in configs}  # its deciding runs are the long grid's
 
 
 def test_the_selection_grid_is_the_recipe_the_module_states():
@@ -205,7 +206,7 @@ def test_the_equivalence_rule_has_power_where_the_spread_allows_it():
 def test_the_first_sizes_deciding_runs_keep_their_folder_names_when_others_join(tmp_path):
     template = yaml.safe_load(open(F.SELECT_GRID))
     names = []
-    for ns in ((256,), (256, 1024)):
+    for ns in ((256,), (256, 4096)):
         path = tmp_path / f"grid{len(ns)}.yaml"
         path.write_text(yaml.safe_dump(F.decision_grid(F.select(_selection(best_lr=3e-3, ns=ns)), template)))
         names.append(set(GridSpec.from_yaml(path).names))
@@ -222,10 +223,16 @@ def test_name_keys_must_be_configuration_keys(tmp_path):
 # ------------------------------------------------------------------------------------ the long budget
 def test_the_long_grid_is_the_registered_budget_at_stage_ones_rates():
     """The long grid reruns the deciding seeds at LONG_BUDGET with the recipe's warm-up share and validation, each
-    variant at the rate stage 1 chose (read from the stage-2 grid select-lr-fair wrote), seeds the outer axis."""
+    variant at the rate stage 1 chose (the selection rule on the shipped selection map), seeds the outer axis; the
+    stage-2 grid holds the same rates where it has the size, and no size of LONG_ONLY."""
+    from heavytail.studies import reference_maps
+
     configs = GridSpec.from_yaml(F.LONG_GRID).configs
-    chosen = {(c.kernel, c.attention_backend, c.n_points): c.lr for c in GridSpec.from_yaml(F.DECIDE_GRID).configs
-              if c.n_points in F.LONG_SIZES}
+    chosen = {(*s.variant, s.n_points): s.lr for s in F.select(reference_maps.load("gap-fair-select")["runs"])
+              if s.n_points in F.LONG_SIZES and s.lr is not None and not s.edge}
+    assert {n for *_, n in chosen} == set(F.LONG_SIZES)
+    for c in GridSpec.from_yaml(F.DECIDE_GRID).configs:
+        assert c.n_points not in F.LONG_ONLY and chosen.get((c.kernel, c.attention_backend, c.n_points), c.lr) == c.lr
     assert len(configs) == len(chosen) * len(F.DECIDE_SEEDS) and {c.seed for c in configs} == set(F.DECIDE_SEEDS)
     for c in configs:
         assert (c.steps, c.val_every, c.val_trials, c.keep_best, c.stop_tolerance) == (F.LONG_BUDGET, F.VAL_EVERY,

@@ -81,7 +81,8 @@ GROWTH_EQUIVALENCE = C.GROWTH_MARGIN  # x1.10 per doubling, the margin every gro
 SELECT_GRID = "params/grid_gap_fair_select.yaml"
 DECIDE_GRID = "params/grid_gap_fair.yaml"
 LONG_BUDGET = 12000  # 4x BUDGET: the long budget, registered before its runs (module docstring)
-LONG_SIZES = (256,)
+LONG_SIZES = (256, 1024)  # 1024 joined once its selection had chosen its rates (module docstring)
+LONG_ONLY = (1024,)  # sizes whose deciding seeds skip the 3,000-step budget: stage 2's grid leaves them out
 LONG_GRID = "params/grid_gap_fair_long.yaml"
 
 
@@ -187,9 +188,10 @@ def select(runs: Sequence[Mapping[str, Any]], seeds: Sequence[int] = SELECT_SEED
 def decision_grid(selections: Sequence[Selection], template: Mapping[str, Any],
                   seeds: Sequence[int] = DECIDE_SEEDS) -> dict[str, Any]:
     """The deciding grid file (a mapping, written as YAML): the selection grid's base and settings, one cell per
-    chosen (variant, N) with its rate, on the deciding seeds; edges and cells with every rate excluded are left out."""
+    chosen (variant, N) with its rate, on the deciding seeds; edges, cells with every rate excluded and the sizes of
+    ``LONG_ONLY`` (their deciding runs are the long grid's) are left out."""
     cells_ = [{"n_points": s.n_points, "kernel": s.variant[0], "attention_backend": s.variant[1], "lr": s.lr}
-              for s in selections if s.lr is not None and not s.edge]
+              for s in selections if s.lr is not None and not s.edge and s.n_points not in LONG_ONLY]
     # every cell's folder spells its N, rate and path, so the runs of the first N keep their names as others join
     return {"name": "grid-gap-fair", "base": dict(template["base"]),
             "name_keys": ["attention_backend", "lr", "n_points"], "axes": {"cells": cells_, "seed": list(seeds)},
@@ -361,9 +363,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for lr, why in s.excluded.items():
             header += f"#     excluded lr {lr:g}: {why}\n"
     header += ("# A variant and N not listed has not finished its selection runs; select-lr-fair adds it once they\n"
-               "# have (the cells already here keep their folder names).\n")
+               "# have (the cells already here keep their folder names). N = "
+               + ", ".join(map(str, LONG_ONLY)) + " trains its deciding seeds at the long budget only\n"
+               f"# ({LONG_GRID}), at the rates chosen above: no cell here.\n")
     out = Path(args.output) if args.output else repo_root() / DECIDE_GRID
-    left_out = sum(s.edge or s.lr is None for s in selections)
+    left_out = sum(s.edge or s.lr is None for s in selections if s.n_points not in LONG_ONLY)
     write_decision_grid(out, header, decision_grid(selections, template), left_out, "gap-fair",
                         None if args.output else DECIDE_GRID)
     return 0
