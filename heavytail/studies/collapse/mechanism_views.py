@@ -112,7 +112,7 @@ def interventions_figure(runs: Sequence[Run]):
     log_elu = [r for r in records(runs) if r.kernel == "log_elu" and M.intervention_of(r.config) is None
                and M._on_r2({**r.config, "kernel": "softmax", "attention_backend": "sdpa"})]
     names = list(by) or ["(none run yet)"]
-    fig, axes = plt.subplots(2, len(names), figsize=(max(6.4, 4.2 * len(names)), 5.2), sharex=True, squeeze=False,
+    fig, axes = plt.subplots(2, len(names), figsize=(max(6.4, 4.2 * len(names)), 6.0), sharex=True, squeeze=False,
                              constrained_layout=True)
     for col, name in enumerate(names):
         mine = by.get(name, [])
@@ -135,7 +135,7 @@ def interventions_figure(runs: Sequence[Run]):
         axes[1][col].set_xlabel("step")
         if mine:
             axes[0][col].legend(fontsize=7, loc="lower left")
-    axes[0][0].set_ylabel(f"training loss (rolling median, {T.WINDOW} rows)")
-    axes[1][0].set_ylabel("block 0: rows absorbed (share)")
+    axes[0][0].set_ylabel(f"training loss\n(rolling median, {T.WINDOW} rows)")
+    axes[1][0].set_ylabel("block 0: share of\nrows absorbed")
     fig.suptitle("Interventions at R2's recipe against plain softmax\nand log-ELU on the same seeds", fontsize=10)
     return fig
