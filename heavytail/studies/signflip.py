@@ -59,7 +59,7 @@ def _p_at(d: np.ndarray, delta: float, signs: np.ndarray) -> float:
     x = d - delta
     observed = abs(x.sum())
     flipped = np.abs(signs @ x)
-    return float(np.mean(flipped >= observed * (1 - 1e-12) - 1e-300))
+    return float(np.mean(flipped >= observed * (1 - 1e-12)))
 
 
 def signflip_interval(diffs: Sequence[float], alpha: float = ALPHA, max_exact: int = 20, n_random: int = 20000,

@@ -269,7 +269,7 @@ def findings(runs: Sequence[Mapping[str, Any]], prefix: str = "fair", budget: in
             logs = [math.log(x) for x in pair.values()]
             d = C.equivalence_rule(logs, min_seeds=MIN_DECIDING_SEEDS, margin=GAP_EQUIVALENCE)
             used = [r for r in deciding if variant(r) in (v, LOG_ELU) and r.n_points == n]
-            lrs = ", ".join(f"{variant_name(w)} {cs[(w, n)].runs[0]['config']['lr']:g}"
+            lrs = ", ".join(f"{variant_name(w)} {cs[(w, n)].runs[0].lr:g}"
                             for w in (v, LOG_ELU) if (w, n) in cs)
             flat, judged = flat_share(used)
             out.append(C.make_claim(
